@@ -6,33 +6,31 @@ registered names. Nothing in this package imports Ray.
 
 from __future__ import annotations
 
+import importlib
+
 from envs.base import ActionSpec, BatchSimulator, InvalidStateError, Scenario, ScenarioError, StepBatch
 
 
-def _registry() -> dict:
-    from envs import classic, mujoco_envs
-
-    return {
-        "CartPole-v1": classic.CartPole,
-        "MountainCar-v0": classic.MountainCar,
-        "Acrobot-v1": classic.Acrobot,
-        "Hopper-v5": mujoco_envs.Hopper,
-        "Walker2d-v5": mujoco_envs.Walker2d,
-        "Hopper-Noise": mujoco_envs.HopperNoise,
-    }
-
-
-SCENARIOS = ("CartPole-v1", "MountainCar-v0", "Acrobot-v1", "Hopper-v5", "Walker2d-v5", "Hopper-Noise")
+# name -> "module:class"; modules are imported on first use (MuJoCo only when needed)
+_REGISTRY = {
+    "CartPole-v1": "envs.classic:CartPole",
+    "MountainCar-v0": "envs.classic:MountainCar",
+    "Acrobot-v1": "envs.classic:Acrobot",
+    "Hopper-v5": "envs.mujoco_envs:Hopper",
+    "Walker2d-v5": "envs.mujoco_envs:Walker2d",
+    "Hopper-Noise": "envs.mujoco_envs:HopperNoise",
+}
+SCENARIOS = tuple(_REGISTRY)
 
 
 def get_scenario(name: str, **overrides) -> Scenario:
     """The scenario registered as ``name`` (case-insensitive); keyword overrides set fields
     such as ``mutation_scale`` or ``max_steps``."""
-    reg = _registry()
-    key = {k.lower(): k for k in reg}.get(str(name).lower())
+    key = {k.lower(): k for k in _REGISTRY}.get(str(name).lower())
     if key is None:
         raise ScenarioError(f"unknown scenario {name!r}; known scenarios: {', '.join(SCENARIOS)}")
-    scenario = reg[key]()
+    module, cls = _REGISTRY[key].split(":")
+    scenario = getattr(importlib.import_module(module), cls)()
     for k, v in overrides.items():
         if not hasattr(scenario, k):
             raise ScenarioError(f"scenario {key} has no setting {k!r}")

@@ -128,3 +128,221 @@ _EPISODE_FIELDS = {
     "failure",
     "final_obs",
 }
+
+
+def episode_seeds(seed: int, state_index: np.ndarray, repeat: np.ndarray) -> np.ndarray:
+    """Seed of each episode's random stream: a splitmix64 hash of (seed, state index, repeat).
+
+    It does not depend on the policy role (the AUT and a challenger started from the same
+    state in the same repeat meet the same noise: common random numbers), nor on batching.
+    """
+    with np.errstate(over="ignore"):
+        z = (
+            np.uint64(seed & 0xFFFFFFFFFFFFFFFF) * np.uint64(0x9E3779B97F4A7C15)
+            + np.asarray(state_index, dtype=np.uint64) * np.uint64(0xBF58476D1CE4E5B9)
+            + np.asarray(repeat, dtype=np.uint64) * np.uint64(0x94D049BB133111EB)
+        )
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(1)).astype(np.int64)  # non-negative int64
+
+
+def _run_batch(scenario: Scenario, policy, states, seeds, max_steps):
+    """One lockstep batch: every live episode advances together; one policy call per step."""
+    n = states.shape[0]
+    sim = scenario.simulator(n)
+    sim.max_steps = max_steps
+    obs = sim.reset_to(states, seeds)
+    spec = scenario.action
+    obs_buf = np.zeros((max_steps, n, scenario.obs_dim), dtype=np.float32)
+    if spec.discrete:
+        act_buf = np.zeros((max_steps, n), dtype=np.int64)
+    else:
+        act_buf = np.zeros((max_steps, n) + tuple(spec.shape), dtype=np.float32)
+    rew_buf = np.zeros((max_steps, n), dtype=np.float64)
+    final_obs = np.zeros((n, scenario.obs_dim), dtype=np.float32)
+    terminated = np.zeros(n, dtype=bool)
+    truncated = np.zeros(n, dtype=bool)
+    actions = np.zeros(act_buf.shape[1:], dtype=act_buf.dtype)
+    t = 0
+    while t < max_steps:
+        live = np.flatnonzero(~sim.done)
+        if live.size == 0:
+            break
+        live_obs = obs[live]
+        obs_buf[t, live] = live_obs
+        a = np.asarray(policy.act(live_obs))
+        if a.shape[0] != live.size:
+            raise ValueError(f"policy returned {a.shape[0]} actions for {live.size} observations")
+        actions[live] = a.reshape(actions[live].shape)
+        act_buf[t, live] = actions[live]
+        out = sim.step(actions)
+        rew_buf[t, live] = out.reward[live]
+        ended = live[out.terminated[live] | out.truncated[live]]
+        terminated[live] = out.terminated[live]
+        truncated[live] = out.truncated[live]
+        final_obs[ended] = out.obs[ended]
+        obs = out.obs
+        t += 1
+    lengths = sim.t.copy()
+    mask = np.arange(max_steps)[None, :] < lengths[:, None]  # (n, T), episode-major
+    step_obs = np.swapaxes(obs_buf, 0, 1)[mask]
+    step_act = np.swapaxes(act_buf, 0, 1)[mask]
+    step_rew = rew_buf.T[mask]
+    ep_of_step = np.repeat(np.arange(n), lengths)
+    t_of_step = np.concatenate([np.arange(k) for k in lengths]) if n else np.zeros(0, np.int64)
+    last = np.zeros(step_rew.shape[0], dtype=bool)
+    last[np.cumsum(lengths) - 1] = True
+    terminals = last & terminated[ep_of_step]
+    timeouts = last & truncated[ep_of_step]
+    returns = np.bincount(ep_of_step, weights=step_rew, minlength=n) if n else np.zeros(0)
+    return dict(
+        returns=returns,
+        lengths=lengths,
+        terminated=terminated,
+        truncated=truncated,
+        final_obs=final_obs,
+        obs=step_obs,
+        actions=step_act,
+        rewards=step_rew,
+        terminals=terminals,
+        timeouts=timeouts,
+        episode=ep_of_step,
+        t=t_of_step.astype(np.int64),
+    )
+
+
+def rollout(
+    scenario: Scenario,
+    policies,
+    initial_states: np.ndarray,
+    *,
+    max_steps: int | None = None,
+    repeats: int = 1,
+    seed: int = 0,
+    batch_size: int = 256,
+    state_offset: int = 0,
+) -> RolloutResult:
+    """Run every policy from every initial state (``repeats`` times each), in lockstep batches.
+
+    ``policies`` is one policy (role ``"aut"``) or a dict role → policy; each policy has
+    ``act(obs_batch) -> action_batch``. Returns a :class:`RolloutResult`. ``state_offset``
+    shifts the state indices (a chunk of a longer list keeps its global indices and seeds).
+    """
+    if not isinstance(policies, dict):
+        policies = {"aut": policies}
+    states = scenario.validate(initial_states)
+    max_steps = int(max_steps or scenario.max_steps)
+    repeats = int(repeats)
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    m = states.shape[0]
+    idx = np.tile(np.arange(m, dtype=np.int64), repeats) + int(state_offset)
+    rep = np.repeat(np.arange(repeats, dtype=np.int64), m)
+    seeds = episode_seeds(seed, idx, rep)
+    parts = []
+    for role, policy in policies.items():
+        for lo in range(0, idx.size, batch_size):
+            sl = slice(lo, lo + batch_size)
+            b = _run_batch(scenario, policy, states[idx[sl] - state_offset], seeds[sl], max_steps)
+            k = b["returns"].shape[0]
+            parts.append(
+                RolloutResult(
+                    initial_states=states[idx[sl] - state_offset],
+                    state_index=idx[sl],
+                    repeat=rep[sl],
+                    role=np.full(k, role, dtype=object),
+                    seed=seeds[sl],
+                    failure=np.asarray(scenario.is_failure(b["returns"], b["lengths"], b["terminated"]), dtype=bool),
+                    **b,
+                )
+            )
+    if not parts:
+        return _empty_result(scenario)
+    return RolloutResult.concat(parts)
+
+
+def _empty_result(scenario: Scenario) -> RolloutResult:
+    d, o = scenario.state_dim, scenario.obs_dim
+    act = np.zeros(0, np.int64) if scenario.action.discrete else np.zeros((0,) + tuple(scenario.action.shape), np.float32)
+    z = np.zeros(0)
+    return RolloutResult(
+        initial_states=np.zeros((0, d)), state_index=z.astype(np.int64), repeat=z.astype(np.int64),
+        role=np.zeros(0, dtype=object), seed=z.astype(np.int64), returns=z, lengths=z.astype(np.int64),
+        terminated=z.astype(bool), truncated=z.astype(bool), failure=z.astype(bool),
+        obs=np.zeros((0, o), np.float32), actions=act, rewards=z, terminals=z.astype(bool),
+        timeouts=z.astype(bool), episode=z.astype(np.int64), t=z.astype(np.int64),
+        final_obs=np.zeros((0, o), np.float32),
+    )
+
+
+class RolloutWorker:
+    """What one rollout actor does: hold a scenario and loaded policies, run episode batches.
+
+    Plain class (testable without Ray); :func:`rollout_actor_class` wraps it as a Ray actor.
+    """
+
+    def __init__(
+        self,
+        scenario: str,
+        policy_uris: dict[str, str],
+        *,
+        scenario_overrides: dict | None = None,
+        device: str | None = None,
+        batch_size: int = 256,
+        torch_threads: int | None = 1,
+    ):
+        from envs import get_scenario
+        from workers.policies import load_policy
+
+        if torch_threads:
+            import torch
+
+            torch.set_num_threads(int(torch_threads))
+        self.scenario = get_scenario(scenario, **(scenario_overrides or {}))
+        self.policies = {role: load_policy(uri, self.scenario, device=device) for role, uri in policy_uris.items()}
+        self.batch_size = int(batch_size)
+
+    def policy_hashes(self) -> dict[str, str]:
+        return {role: getattr(p, "sha256", "") or "" for role, p in self.policies.items()}
+
+    def run(
+        self,
+        initial_states: np.ndarray,
+        *,
+        roles: list[str] | None = None,
+        repeats: int = 1,
+        seed: int = 0,
+        max_steps: int | None = None,
+        state_offset: int = 0,
+    ) -> RolloutResult:
+        """Roll out ``roles`` (default: all loaded policies) from ``initial_states``.
+
+        ``state_offset`` is added to the state indices (and so to the episode seeds), so that a
+        driver splitting one list of states into chunks gets the same episodes as one call.
+        """
+        pols = self.policies if roles is None else {r: self.policies[r] for r in roles}
+        res = rollout(
+            self.scenario,
+            pols,
+            initial_states,
+            max_steps=max_steps,
+            repeats=repeats,
+            seed=seed,
+            batch_size=self.batch_size,
+            state_offset=state_offset,
+        )
+        return res
+
+    def ping(self) -> bool:
+        return True
+
+
+def rollout_actor_class(num_gpus: float = 0.0, num_cpus: float = 1.0, max_restarts: int = 3):
+    """The Ray actor wrapping :class:`RolloutWorker` (imported lazily: Ray stays at the edge)."""
+    import ray
+
+    return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=max_restarts)(RolloutWorker)

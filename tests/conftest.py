@@ -1,0 +1,23 @@
+"""Shared fixtures: one local Ray cluster for the whole test session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# keep Ray's token auth out of the loopback-only test cluster, and keep tests single-threaded
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A real local Ray cluster (``ray.init(address="local")``), started once per session."""
+    import ray
+
+    from orchestrator.driver import start_ray
+
+    resources = start_ray(num_cpus=2, dashboard=False, object_store_bytes=512 * 1024 * 1024)
+    yield resources
+    ray.shutdown()
