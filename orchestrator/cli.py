@@ -105,6 +105,7 @@ def cmd_rollout(args) -> int:
 
     # 2. run
     n = states.shape[0]
+    startup = 0.0
     t0 = time.perf_counter()
     results = []
     bar = tqdm(total=n, unit="ep", desc=f"{scenario.name}", disable=args.quiet or None, file=sys.stderr)
@@ -121,8 +122,11 @@ def cmd_rollout(args) -> int:
     else:
         from orchestrator.driver import RolloutPool, start_ray
 
+        t_start = time.perf_counter()
         start_ray(num_cpus=max(args.workers, os.cpu_count() or 1), dashboard=args.dashboard)
         pool = RolloutPool(scenario.name, policy_uris, workers=args.workers, batch_size=args.batch_size)
+        startup = time.perf_counter() - t_start
+        t0 = time.perf_counter()  # episodes/s counts the rollouts, not Ray's start-up
         chunk = max(1, min(args.batch_size, -(-n // (args.workers * 2))))
         try:
             for i, (lo, res) in enumerate(pool.map(states, seed=args.seed, max_steps=args.max_steps, chunk=chunk)):
@@ -145,12 +149,15 @@ def cmd_rollout(args) -> int:
         workers=args.workers,
         seed=args.seed,
         wall_seconds=wall,
+        startup_seconds=startup,
         episodes_per_second=n / wall if wall > 0 else float("inf"),
     )
     _write_json_atomic(Path(args.out) / "summary.json", summary)
     print(
         f"{scenario.name}: {summary['episodes']} episodes, {summary['steps']} steps in {wall:.1f} s "
-        f"({summary['episodes_per_second']:.1f} episodes/s)\n"
+        f"({summary['episodes_per_second']:.1f} episodes/s"
+        + (f"; Ray cluster and {args.workers} workers started in {startup:.1f} s" if startup else "")
+        + ")\n"
         f"  mean return {summary['mean_return']:.2f} ± {summary['ci95_margin']:.2f} (95% CI)\n"
         f"  failures    {summary['failures']} / {summary['episodes']} ({100 * summary['failure_rate']:.1f}%; "
         f"{scenario.failure_rule})\n"

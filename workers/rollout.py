@@ -95,13 +95,13 @@ class RolloutResult:
 
     def summary(self) -> dict:
         """Mean return with its 95% CI margin (t distribution), failures, steps."""
-        from scipy import stats
+        from scipy.special import stdtrit  # t quantile; much lighter to import than scipy.stats
 
         n = self.n_episodes
         mean = float(np.mean(self.returns)) if n else float("nan")
         if n > 1:
             sem = float(np.std(self.returns, ddof=1) / np.sqrt(n))
-            margin = float(stats.t.ppf(0.975, n - 1) * sem)
+            margin = float(stdtrit(n - 1, 0.975) * sem)
         else:
             margin = float("nan")
         return {

@@ -1,0 +1,34 @@
+# deltarl — set-up, main job and tests. `make run` and `make test` work on a fresh machine:
+# both create .venv on first use and install deltarl into it.
+PYTHON ?= python3
+VENV   ?= .venv
+# On CPU-only machines pin torch's CPU wheel first (a bare `torch` pulls a multi-GB CUDA build);
+# on a GPU machine: make TORCH='torch' ...
+TORCH  ?= torch==2.13.0
+BIN    := $(VENV)/bin
+RUN    ?= runs/quickstart-$(shell date +%Y%m%d-%H%M%S)
+
+.PHONY: run test bench install clean-runs
+
+$(BIN)/.deltarl-installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+install: $(BIN)/.deltarl-installed
+
+# The main job on the embedded default: a local Ray cluster, Parquet under the run folder.
+run: $(BIN)/.deltarl-installed
+	$(BIN)/deltarl rollout --scenario CartPole-v1 --policy python:workers.examples:cartpole_balancer \
+	    --episodes 2000 --workers 2 --out $(RUN)
+
+test: $(BIN)/.deltarl-installed
+	$(BIN)/python -m pytest -q
+
+bench: $(BIN)/.deltarl-installed
+	$(BIN)/python benchmarks/rollout_throughput.py
+
+clean-runs:
+	rm -rf runs/
