@@ -127,7 +127,8 @@ def cmd_rollout(args) -> int:
         pool = RolloutPool(scenario.name, policy_uris, workers=args.workers, batch_size=args.batch_size)
         startup = time.perf_counter() - t_start
         t0 = time.perf_counter()  # episodes/s counts the rollouts, not Ray's start-up
-        chunk = max(1, min(args.batch_size, -(-n // (args.workers * 2))))
+        # several tasks per actor, each big enough to dwarf Ray's per-task overhead (~1.5 ms)
+        chunk = max(1, min(4 * args.batch_size, -(-n // (args.workers * 4))))
         try:
             for i, (lo, res) in enumerate(pool.map(states, seed=args.seed, max_steps=args.max_steps, chunk=chunk)):
                 store.write(res, phase="rollout", iteration=i, wall_time=time.perf_counter() - t0,
