@@ -1,0 +1,58 @@
+"""RolloutWorker actors on the shared local Ray cluster give the same episodes as in-process."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from envs import get_scenario
+from workers.policies import load_policy
+from workers.rollout import RolloutResult, rollout
+
+pytestmark = pytest.mark.ray
+
+URIS = {"aut": "python:workers.examples:acrobot_swing", "challenger": "random:5"}
+
+
+def test_pool_matches_in_process_rollout(ray_cluster):
+    from orchestrator.driver import RolloutPool
+
+    sc = get_scenario("Acrobot-v1")
+    states = sc.sample(np.random.default_rng(11), 30)
+    pool = RolloutPool(sc.name, URIS, workers=2, batch_size=8, in_flight=2)
+    try:
+        parts = list(pool.map(states, repeats=2, seed=9, max_steps=80, chunk=7))
+        assert pool.policy_hashes["aut"] and pool.policy_hashes["challenger"]
+    finally:
+        pool.shutdown()
+    assert sorted(lo for lo, _ in parts) == list(range(0, 30, 7))
+    got = RolloutResult.concat([r for _, r in parts])
+    policies = {role: load_policy(uri, sc) for role, uri in URIS.items()}
+    want = rollout(sc, policies, states, repeats=2, seed=9, max_steps=80)
+    key = lambda r: np.lexsort((r.repeat, r.state_index, r.role.astype(str)))  # noqa: E731
+    g, w = key(got), key(want)
+    assert got.n_episodes == want.n_episodes == 2 * 2 * 30
+    for f in ("returns", "lengths", "seed", "state_index", "repeat", "failure"):
+        np.testing.assert_array_equal(getattr(got, f)[g], getattr(want, f)[w], err_msg=f)
+    assert got.n_steps == want.n_steps
+
+
+def test_pool_reports_a_policy_that_does_not_load(ray_cluster):
+    from orchestrator.driver import RolloutPool
+
+    with pytest.raises(Exception, match="policy file not found"):
+        RolloutPool("CartPole-v1", {"aut": "/nonexistent/aut.pt"}, workers=1)
+
+
+def test_actors_use_no_gpu_on_a_cpu_cluster(ray_cluster):
+    import ray
+
+    from orchestrator.driver import RolloutPool
+
+    assert ray.cluster_resources().get("GPU", 0) == 0
+    pool = RolloutPool("CartPole-v1", {"aut": "python:workers.examples:cartpole_balancer"}, workers=1)
+    try:
+        avail = ray.available_resources()
+        assert avail.get("CPU", 0) <= ray.cluster_resources()["CPU"] - 1  # the actor holds one CPU
+    finally:
+        pool.shutdown()
