@@ -48,6 +48,17 @@ def cmd_scenarios(args) -> int:
     if args.json:
         print(json.dumps(infos, indent=2))
         return 0
+    if args.markdown:
+        for info in infos:
+            print(f"### {info['name']}\n")
+            print(f"Reference env `{info['env_id']}`; observation {info['obs_dim']}, action {info['action']}, "
+                  f"{info['max_steps']} steps{'; stochastic' if info['stochastic'] else ''}. "
+                  f"Failure: {info['failure']}. Distinct bugs: {info['grid_intervals']} intervals per dimension.\n")
+            print("| state | low | high | meaning |\n|---|---:|---:|---|")
+            for s in info["state"]:
+                print(f"| `{s['name']}` | {s['low']:.4g} | {s['high']:.4g} | {s['meaning']} |")
+            print()
+        return 0
     for info in infos:
         print(f"{info['name']}  (reference env {info['env_id']}; obs {info['obs_dim']}, action {info['action']}, "
               f"{info['max_steps']} steps{', stochastic' if info['stochastic'] else ''})")
@@ -192,7 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("scenarios", help="list the scenarios and their initial-state spaces",
                        description="List every scenario: initial-state vector (names, bounds, meaning), "
                        "observation and action spaces, failure oracle and the grid for distinct bugs.")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    fmt.add_argument("--markdown", action="store_true", help="print Markdown tables (docs/scenarios.md)")
     p.set_defaults(func=cmd_scenarios)
 
     p = sub.add_parser(
@@ -240,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     except _bad_input_types() as exc:
         print(f"deltarl: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except BrokenPipeError:  # `deltarl scenarios | head`
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover
