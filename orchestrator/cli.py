@@ -32,8 +32,9 @@ def _bad_input_types() -> tuple:
     from envs import ScenarioError
     from orchestrator.store import StoreError
     from workers.policies import PolicyError
+    from workers.training import TrainingError
 
-    return (ScenarioError, StoreError, PolicyError, UsageError)
+    return (ScenarioError, StoreError, PolicyError, TrainingError, UsageError)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,6 +93,7 @@ def cmd_rollout(args) -> int:
     from tqdm import tqdm
 
     from envs import get_scenario
+    from orchestrator.stats import mean_ci
     from orchestrator.store import RunStore
     from workers.policies import load_policy
     from workers.rollout import RolloutResult, RolloutWorker
@@ -152,7 +154,9 @@ def cmd_rollout(args) -> int:
     wall = time.perf_counter() - t0
 
     # 3. summarise
-    summary = RolloutResult.concat(results).summary()
+    all_results = RolloutResult.concat(results)
+    summary = all_results.summary()
+    summary["ci95_margin"] = mean_ci(all_results.returns)[1]
     summary.update(
         run_id=run_id,
         scenario=scenario.name,
@@ -177,6 +181,126 @@ def cmd_rollout(args) -> int:
         f"  summary     {Path(args.out) / 'summary.json'}"
     )
     return 0
+
+
+def evaluate_policy(scenario, uri: str, episodes: int, seed: int, device: str | None = None) -> dict:
+    """Table 1's columns for a policy: mean return ± 95% CI margin, success rate with its
+    Wilson interval (success = the safety oracle does not fire), over ``episodes`` starts
+    sampled from the reset distribution with ``seed`` (the batched engine, in this process)."""
+    from orchestrator.stats import mean_ci, wilson_interval
+    from workers.policies import load_policy
+    from workers.rollout import rollout
+
+    policy = load_policy(uri, scenario, device=device)
+    states = scenario.sample(np.random.default_rng(seed), episodes)
+    res = rollout(scenario, policy, states, seed=seed)
+    mean, margin = mean_ci(res.returns)
+    successes = int(episodes - res.failure.sum())
+    lo, hi = wilson_interval(successes, episodes)
+    return {
+        "scenario": scenario.name,
+        "policy": uri,
+        "policy_sha256": getattr(policy, "sha256", ""),
+        "episodes": episodes,
+        "seed": seed,
+        "mean_return": mean,
+        "ci95_margin": margin,
+        "success_rate": successes / episodes,
+        "success_wilson95": [lo, hi],
+        "mean_length": float(res.lengths.mean()),
+    }
+
+
+def cmd_evaluate(args) -> int:
+    from envs import get_scenario
+
+    if args.episodes < 1:
+        raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
+    scenario = get_scenario(args.scenario)
+    ev = evaluate_policy(scenario, args.policy, args.episodes, args.seed)
+    if args.json:
+        print(json.dumps(ev, indent=2))
+        return 0
+    lo, hi = ev["success_wilson95"]
+    print(f"{scenario.name} | {args.policy}\n"
+          f"  mean return  {ev['mean_return']:.1f} ± {ev['ci95_margin']:.1f}  (95% CI margin, {args.episodes} episodes, seed {args.seed})\n"
+          f"  success rate {100 * ev['success_rate']:.1f}%  [{100 * lo:.1f}, {100 * hi:.1f}]  (95% Wilson; failure = {scenario.failure_rule})")
+    return 0
+
+
+def cmd_train_aut(args) -> int:
+    import dataclasses
+
+    from orchestrator import tracking
+    from workers.training import AutTrainConfig, latest_checkpoint, train_aut_job
+
+    preset = Path(args.config) if args.config else Path(__file__).resolve().parents[1] / "experiments" / "aut" / f"{args.scenario}-{args.algo}.yaml"
+    overrides = {"steps": args.steps, "seed": args.seed, "scenario": args.scenario, "algo": args.algo,
+                 "steps_per_epoch": args.steps_per_epoch}
+    if preset.is_file():
+        cfg = AutTrainConfig.from_file(preset, **overrides)
+    elif args.config:
+        raise UsageError(f"--config {args.config}: no such file")
+    else:
+        cfg = AutTrainConfig(**{k: v for k, v in overrides.items() if v is not None})
+    cfg.validate()
+    out = Path(args.out)
+    if args.resume and latest_checkpoint(out) is None:
+        raise UsageError(f"--resume: {out} holds no checkpoint to resume from")
+    if not args.resume and latest_checkpoint(out) is not None:
+        raise UsageError(f"{out} already holds a training run; add --resume to continue it or choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    run = tracking.start_run(out, "aut-training", f"{cfg.scenario}-{cfg.algo}-s{cfg.seed}",
+                             params={"config": dataclasses.asdict(cfg), "resume": args.resume},
+                             tags={"deltarl.kind": "aut-training", "scenario": cfg.scenario})
+    t0 = time.perf_counter()
+    try:
+        state = train_aut_job(cfg, out, resume=args.resume, tracking=run, progress=not args.quiet)
+    except BaseException:
+        tracking.end_run(run, "FAILED")
+        raise
+    card = write_model_card(out, cfg, state, eval_episodes=args.eval_episodes, wall=time.perf_counter() - t0)
+    tracking.log_metrics(run, {"final_mean_return": card["evaluation"]["mean_return"],
+                               "final_success_rate": card["evaluation"]["success_rate"]}, step=state["step"])
+    tracking.log_artifact(run, out / "card.json")
+    tracking.end_run(run)
+    ev = card["evaluation"]
+    print(f"{cfg.algo} on {cfg.scenario}: {state['step']} steps, {state['wall_seconds']:.0f} s of training\n"
+          f"  mean return  {ev['mean_return']:.1f} ± {ev['ci95_margin']:.1f} over {ev['episodes']} episodes\n"
+          f"  success rate {100 * ev['success_rate']:.1f}%\n"
+          f"  model        {out / 'model.d3'}  (TorchScript: {out / 'policy.pt'})\n"
+          f"  card         {out / 'card.json'}\n"
+          f"  MLflow       mlflow ui --backend-store-uri {run['tracking_uri']}")
+    return 0
+
+
+def write_model_card(out: Path, cfg, state: dict, *, eval_episodes: int = 100, wall: float = 0.0) -> dict:
+    """Export TorchScript, evaluate over ``eval_episodes`` and write ``card.json`` (whole)."""
+    import dataclasses
+    import hashlib
+
+    import d3rlpy
+
+    from envs import get_scenario
+
+    algo = d3rlpy.load_learnable(str(out / "model.d3"), device="cpu:0")
+    algo.save_policy(str(out / "policy.pt"))
+    scenario = get_scenario(cfg.scenario)
+    ev = evaluate_policy(scenario, str(out / "policy.pt"), eval_episodes, seed=2024, device="cpu")
+    card = {
+        "agent": f"{cfg.scenario}-{cfg.algo}",
+        "scenario": cfg.scenario,
+        "algorithm": {"ddqn": "DoubleDQN", "sac": "SAC"}[cfg.algo] + " (d3rlpy " + d3rlpy.__version__ + ")",
+        "config": dataclasses.asdict(cfg),
+        "steps": state["step"],
+        "seed": cfg.seed,
+        "training_wall_seconds": state["wall_seconds"],
+        "wall_seconds_incl_eval": wall,
+        "evaluation": ev,
+        "files": {f: hashlib.sha256((out / f).read_bytes()).hexdigest() for f in ("model.d3", "policy.pt")},
+    }
+    _write_json_atomic(out / "card.json", card)
+    return card
 
 
 def _write_json_atomic(path: Path, obj) -> None:
@@ -239,6 +363,41 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dashboard", action="store_true", help="start the Ray dashboard on 127.0.0.1:8265")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_rollout)
+    p = sub.add_parser(
+        "evaluate",
+        help="mean return ± 95%% CI and success rate (Wilson interval) of a policy",
+        description="Evaluate a policy over N initial states from the scenario's reset distribution "
+        "with the batched engine: mean return ± 95%% CI margin and success rate with its 95%% Wilson "
+        "score interval (the columns of the Delta paper's Table 1).",
+    )
+    p.add_argument("--policy", required=True, help="policy URI (a file, python:module:attr, zoo:NAME, ...)")
+    p.add_argument("--scenario", required=True, help="scenario name (see `deltarl scenarios`)")
+    p.add_argument("--episodes", type=int, default=100, help="number of episodes (default 100)")
+    p.add_argument("--seed", type=int, default=2024, help="seed of the initial states (default 2024, as the zoo cards)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser(
+        "train-aut",
+        help="train an agent under test (Double DQN or SAC, d3rlpy) as a Ray Train job",
+        description="Train an agent under test with d3rlpy (Double DQN for discrete scenarios, SAC for "
+        "continuous ones) as a Ray Train job: in this process on a CPU machine, on a GPU worker when "
+        "the cluster has GPUs. Hyperparameters come from experiments/aut/SCENARIO-ALGO.yaml (or "
+        "--config). Checkpoints every epoch under OUT/checkpoints; --resume continues from the last. "
+        "Metrics go to MLflow (OUT/mlflow.db unless MLFLOW_TRACKING_URI is set); the end writes "
+        "OUT/model.d3, OUT/policy.pt (TorchScript) and OUT/card.json.",
+    )
+    p.add_argument("--scenario", required=True)
+    p.add_argument("--algo", required=True, choices=["ddqn", "sac"])
+    p.add_argument("--steps", type=int, default=None, help="total environment steps (default: the preset's)")
+    p.add_argument("--steps-per-epoch", type=int, default=None, help="steps between checkpoints (default: the preset's)")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--config", default=None, help="a training YAML instead of the preset")
+    p.add_argument("--out", required=True, help="training folder")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
+    p.add_argument("--eval-episodes", type=int, default=100, help="episodes for the model card (default 100)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train_aut)
     return parser
 
 

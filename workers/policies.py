@@ -78,6 +78,7 @@ import sys
 import urllib.parse
 import warnings
 import zipfile
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -98,7 +99,7 @@ __all__ = [
 TORCHSCRIPT_EXTENSIONS = (".pt", ".ts", ".torchscript")
 SUPPORTED_URIS = (
     "a d3rlpy file (.d3), TorchScript (.pt/.ts/.torchscript), ONNX (.onnx), "
-    "Stable-Baselines3 (.zip), python:module:attr, or random:SEED"
+    "Stable-Baselines3 (.zip), python:module:attr, random:SEED, or zoo:NAME"
 )
 _META_NAME = "deltarl.json"  # TorchScript extra file / ONNX metadata key written by the exporters
 
@@ -871,6 +872,10 @@ def load_policy(uri: str, scenario=None, device: str | None = None) -> Policy:
     target = uri.strip()
     low = target.lower()
 
+    if low.startswith("zoo:"):
+        target = str(resolve_zoo_uri(target))
+        low = target.lower()
+
     if low.startswith("random:"):
         seed_txt = target.split(":", 1)[1].strip()
         try:
@@ -912,6 +917,31 @@ def load_policy(uri: str, scenario=None, device: str | None = None) -> Policy:
     if scenario is not None:
         _check_against(policy, scenario)
     return policy
+
+
+def zoo_dir() -> Path:
+    """The agent zoo: ``$DELTARL_ZOO`` or ``experiments/zoo`` of this checkout."""
+    env = os.environ.get("DELTARL_ZOO")
+    return Path(env) if env else Path(__file__).resolve().parents[1] / "experiments" / "zoo"
+
+
+def resolve_zoo_uri(uri: str) -> Path:
+    """``zoo:CartPole-v1`` (or ``zoo:CartPole-v1-ddqn``) -> the agent's TorchScript file
+    (``policy.pt``), else its d3rlpy model (``model.d3``)."""
+    name = uri.split(":", 1)[1].strip()
+    root = zoo_dir()
+    candidates = [root / name] if (root / name).is_dir() else sorted(
+        p for p in root.glob(f"{name}-*") if p.is_dir() and p.name.rsplit("-", 1)[0].lower() == name.lower()
+    )
+    known = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if not candidates:
+        raise PolicyError(f"no zoo agent {name!r} in {root}; known agents: {', '.join(known) or 'none'}")
+    if len(candidates) > 1:
+        raise PolicyError(f"zoo:{name} is ambiguous ({', '.join(p.name for p in candidates)}); name one of them")
+    for f in ("policy.pt", "model.d3"):
+        if (candidates[0] / f).is_file():
+            return candidates[0] / f
+    raise PolicyError(f"zoo agent {candidates[0].name} has neither policy.pt nor model.d3 in {candidates[0]}")
 
 
 def _extension(path: str) -> str:

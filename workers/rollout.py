@@ -94,21 +94,13 @@ class RolloutResult:
         return RolloutResult(**out)
 
     def summary(self) -> dict:
-        """Mean return with its 95% CI margin (t distribution), failures, steps."""
-        from scipy.special import stdtrit  # t quantile; much lighter to import than scipy.stats
-
+        """Plain aggregates (statistics with intervals live in ``orchestrator.stats``)."""
         n = self.n_episodes
-        mean = float(np.mean(self.returns)) if n else float("nan")
-        if n > 1:
-            sem = float(np.std(self.returns, ddof=1) / np.sqrt(n))
-            margin = float(stdtrit(n - 1, 0.975) * sem)
-        else:
-            margin = float("nan")
         return {
             "episodes": n,
             "steps": self.n_steps,
-            "mean_return": mean,
-            "ci95_margin": margin,
+            "mean_return": float(np.mean(self.returns)) if n else float("nan"),
+            "std_return": float(np.std(self.returns, ddof=1)) if n > 1 else float("nan"),
             "failures": int(np.sum(self.failure)),
             "failure_rate": float(np.mean(self.failure)) if n else float("nan"),
             "mean_length": float(np.mean(self.lengths)) if n else float("nan"),

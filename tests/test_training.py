@@ -1,0 +1,89 @@
+"""AUT training: a short run through the Ray Train path (in-process), resume, presets, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workers.training import AutTrainConfig, TrainingError, latest_checkpoint, train_aut, train_aut_job
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tiny(scenario="CartPole-v1", algo="ddqn", **kw):
+    base = dict(scenario=scenario, algo=algo, steps=400, steps_per_epoch=200, warmup_steps=100, buffer_size=5000,
+                eval_episodes=3, device="cpu:0",
+                hyperparameters={"batch_size": 32})
+    base.update(kw)
+    return AutTrainConfig(**base)
+
+
+def test_presets_load_and_match_their_scenarios():
+    for f in sorted((REPO / "experiments" / "aut").glob("*.yaml")):
+        cfg = AutTrainConfig.from_file(f)
+        assert f.stem == f"{cfg.scenario}-{cfg.algo}"
+        cfg.validate()
+
+
+def test_ray_train_job_in_process_with_mlflow_and_resume(tmp_path):
+    from orchestrator import tracking
+
+    out = tmp_path / "aut"
+    run = tracking.start_run(out, "aut-training", "test", params={"steps": 400})
+    state = train_aut_job(tiny(), out, tracking=run)
+    assert state["step"] == 400 and state["epoch"] == 2 and len(state["history"]) == 2
+    assert state["grad_steps"] == 400 - 100  # one update per step after the warm-up
+    ck = latest_checkpoint(out)
+    assert ck.name == "epoch-00002" and {p.name for p in ck.iterdir()} == {"model.d3", "buffer.h5", "state.json"}
+    assert not list((out / "checkpoints").glob(".tmp-*"))
+    assert (out / "model.d3").is_file()
+    import mlflow
+
+    hist = mlflow.MlflowClient(run["tracking_uri"]).get_metric_history(run["run_id"], "eval_return")
+    assert [m.step for m in hist] == [200, 400]
+
+    # resume: continues the step and gradient counters from the checkpoint
+    state2 = train_aut_job(tiny(steps=600), out, resume=True)
+    assert state2["step"] == 600 and state2["epoch"] == 3 and len(state2["history"]) == 3
+    assert state2["grad_steps"] == 500
+    assert state2["history"][:2] == state["history"]
+
+
+def test_resume_without_the_buffer_refills_it(tmp_path):
+    out = tmp_path / "aut"
+    train_aut(tiny(steps=200, steps_per_epoch=200), out)
+    (latest_checkpoint(out) / "buffer.h5").unlink()  # as a committed checkpoint ships
+    state = train_aut(tiny(steps=400, steps_per_epoch=200), out, resume=True)
+    assert state["step"] == 400
+    assert state["grad_steps"] < 100 + 200  # updates waited for the refill
+
+
+def test_sac_trains_on_a_mujoco_scenario(tmp_path):
+    cfg = tiny("Hopper-v5", "sac", steps=150, steps_per_epoch=150, warmup_steps=50, eval_episodes=2,
+               hyperparameters={"batch_size": 16})
+    state = train_aut(cfg, tmp_path / "sac")
+    assert state["step"] == 150 and np.isfinite(state["history"][-1]["eval_return"])
+    from envs import get_scenario
+    from workers.policies import load_policy
+
+    pol = load_policy(str(tmp_path / "sac" / "model.d3"), get_scenario("Hopper-v5"))
+    a = pol.act(np.zeros((4, 11), np.float32))
+    assert a.shape == (4, 3) and np.all(np.abs(a) <= 1)
+
+
+def test_bad_training_input(tmp_path):
+    with pytest.raises(TrainingError, match="Hopper-v5 has continuous actions: train it with --algo sac"):
+        tiny("Hopper-v5", "ddqn").validate()
+    with pytest.raises(TrainingError, match="unknown algorithm 'ppo'"):
+        tiny(algo="ppo").validate()
+    with pytest.raises(TrainingError, match="nothing to resume"):
+        train_aut(tiny(), tmp_path / "empty", resume=True)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("scenario: CartPole-v1\nalgo: ddqn\nlearning_rat: 0.1\n")
+    with pytest.raises(TrainingError, match=r"unknown settings \['learning_rat'\]"):
+        AutTrainConfig.from_file(bad)
+    with pytest.raises(TrainingError, match="not found"):
+        AutTrainConfig.from_file(tmp_path / "missing.yaml")

@@ -1,0 +1,341 @@
+"""AUT training: d3rlpy online algorithms (Double DQN, SAC), one readable loop.
+
+    cfg = AutTrainConfig.from_file("experiments/aut/CartPole-v1-ddqn.yaml", steps=50_000)
+    train_aut(cfg, "runs/aut-cartpole")            # plain, in this process
+    train_aut_job(cfg, "runs/aut-cartpole")        # the same loop as a Ray Train job
+
+The loop (CleanRL style, top to bottom): act (random during warm-up, then the explorer or the
+stochastic policy), step the scenario's reference gymnasium env, store the transition in a d3rlpy
+replay buffer, update every ``update_interval`` steps, and at the end of every epoch evaluate
+the greedy policy with the batched engine and write a checkpoint: ``model.d3`` (weights,
+optimizer state and config), ``buffer.h5`` (the replay buffer) and ``state.json`` (step counters,
+returns, metrics), written into a temporary folder and renamed, so a checkpoint is whole or
+absent. ``resume=True`` continues from the newest checkpoint (the episode in progress at the
+checkpoint is dropped: a resumed run starts a fresh episode).
+
+d3rlpy's own ``fit_online`` is not used: it would write ``d3rlpy_logs/`` into the working
+directory and cannot resume. Metrics go to the ``report`` callback (and from the Ray Train job
+to MLflow).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+ALGOS = ("ddqn", "sac")
+
+
+class TrainingError(ValueError):
+    """Bad training input: unknown algorithm, scenario/algorithm mismatch, unreadable config."""
+
+
+@dataclass
+class AutTrainConfig:
+    """Everything that defines an AUT training run (saved with every checkpoint)."""
+
+    scenario: str
+    algo: str  # "ddqn" (discrete scenarios) or "sac" (continuous)
+    steps: int = 100_000
+    steps_per_epoch: int = 10_000
+    seed: int = 0
+    hyperparameters: dict = field(default_factory=dict)  # kwargs of d3rlpy's DoubleDQNConfig/SACConfig
+    buffer_size: int = 1_000_000
+    warmup_steps: int = 1_000  # uniformly random actions, no updates
+    update_interval: int = 1  # env steps per update round
+    n_updates: int = 1  # gradient steps per update round
+    epsilon: dict = field(default_factory=lambda: {"start": 1.0, "end": 0.05, "duration": 10_000})  # ddqn
+    eval_episodes: int = 20
+    device: str | None = None  # None: cuda when available
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, **overrides) -> "AutTrainConfig":
+        import yaml
+
+        p = Path(path)
+        if not p.is_file():
+            raise TrainingError(f"training config {p} not found; see experiments/aut/ for the presets")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise TrainingError(f"training config {p} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        data.pop("source", None)  # provenance notes, not a setting
+        data.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = set(data) - {f for f in cls.__dataclass_fields__}
+        if unknown:
+            raise TrainingError(f"training config {p}: unknown settings {sorted(unknown)}")
+        return cls(**data)
+
+    def validate(self):
+        from envs import get_scenario
+
+        if self.algo not in ALGOS:
+            raise TrainingError(f"unknown algorithm {self.algo!r}; choose one of {', '.join(ALGOS)}")
+        scenario = get_scenario(self.scenario)
+        if scenario.action.discrete != (self.algo == "ddqn"):
+            kind = "discrete" if scenario.action.discrete else "continuous"
+            want = "ddqn" if scenario.action.discrete else "sac"
+            raise TrainingError(f"{self.scenario} has {kind} actions: train it with --algo {want}, not {self.algo}")
+        for name in ("steps", "steps_per_epoch", "update_interval", "n_updates", "eval_episodes"):
+            if int(getattr(self, name)) < 1:
+                raise TrainingError(f"{name} must be >= 1, got {getattr(self, name)}")
+        return scenario
+
+
+def make_algo(cfg: AutTrainConfig, device: str):
+    import d3rlpy
+
+    hp = dict(cfg.hyperparameters)
+    if cfg.algo == "ddqn":
+        return d3rlpy.algos.DoubleDQNConfig(**hp).create(device=device)
+    return d3rlpy.algos.SACConfig(**hp).create(device=device)
+
+
+class _AlgoPolicy:
+    """The greedy policy of a d3rlpy algorithm, for the batched engine."""
+
+    def __init__(self, algo, discrete: bool):
+        self.algo, self.discrete = algo, discrete
+
+    def act(self, obs):
+        a = self.algo.predict(np.asarray(obs, dtype=np.float32))
+        return a.astype(np.int64) if self.discrete else a.astype(np.float32)
+
+
+def evaluate_algo(algo, scenario, episodes: int, seed: int) -> dict:
+    """Greedy returns over ``episodes`` starts from the reset distribution (batched engine)."""
+    from workers.rollout import rollout
+
+    states = scenario.sample(np.random.default_rng(seed), episodes)
+    res = rollout(scenario, _AlgoPolicy(algo, scenario.action.discrete), states, seed=seed)
+    s = res.summary()
+    return {"eval_return": s["mean_return"], "eval_return_std": s["std_return"], "eval_failure_rate": s["failure_rate"]}
+
+
+def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
+    ckpts = sorted(Path(out_dir, "checkpoints").glob("epoch-[0-9][0-9][0-9][0-9][0-9]"))
+    return ckpts[-1] if ckpts else None
+
+
+def _write_checkpoint(out_dir: Path, epoch: int, algo, buffer, state: dict, keep: int = 2) -> Path:
+    ckdir = out_dir / "checkpoints"
+    final = ckdir / f"epoch-{epoch:05d}"
+    tmp = ckdir / f".tmp-epoch-{epoch:05d}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    algo.save(str(tmp / "model.d3"))
+    with open(tmp / "buffer.h5", "w+b") as f:  # h5py reads back while writing
+        buffer.dump(f)
+    (tmp / "state.json").write_text(json.dumps(state, indent=2))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in sorted(ckdir.glob("epoch-[0-9]*"))[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def train_aut(
+    cfg: AutTrainConfig,
+    out_dir: str | os.PathLike,
+    *,
+    resume: bool = False,
+    report: Callable[[dict, Path], None] | None = None,
+    progress: bool = False,
+) -> dict:
+    """Train the AUT; returns the final state (metrics of every epoch included)."""
+    import d3rlpy
+    import torch
+    from tqdm import tqdm
+
+    scenario = cfg.validate()
+    quiet_d3rlpy()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    device = cfg.device or ("cuda:0" if torch.cuda.is_available() else "cpu:0")
+    env = scenario.reference_env()
+
+    ckpt = latest_checkpoint(out) if resume else None
+    min_fill = 0  # transitions the buffer must hold before updates (more when refilled on resume)
+    if ckpt is not None:
+        state = json.loads((ckpt / "state.json").read_text())
+        if state["config"]["scenario"] != cfg.scenario or state["config"]["algo"] != cfg.algo:
+            raise TrainingError(f"{out} holds a {state['config']['scenario']} {state['config']['algo']} run; "
+                                f"resume it with the same --scenario/--algo or choose another --out")
+        algo = d3rlpy.load_learnable(str(ckpt / "model.d3"), device=device)
+        algo._grad_step = int(state["grad_steps"])  # d3rlpy does not save it; target updates depend on it
+        if (ckpt / "buffer.h5").is_file():
+            with open(ckpt / "buffer.h5", "rb") as f:
+                buffer = d3rlpy.dataset.ReplayBuffer.load(f, d3rlpy.dataset.FIFOBuffer(cfg.buffer_size))
+        else:  # a checkpoint shipped without its buffer (e.g. committed): refill it with the policy
+            buffer = d3rlpy.dataset.create_fifo_replay_buffer(limit=cfg.buffer_size, env=env)
+            min_fill = max(cfg.warmup_steps, algo.batch_size)
+    else:
+        if resume:
+            raise TrainingError(f"nothing to resume in {out}: no checkpoints/epoch-* folder")
+        if latest_checkpoint(out) is not None:
+            raise TrainingError(f"{out} already holds a training run; add --resume to continue it or choose another --out")
+        state = {"config": asdict(cfg), "step": 0, "epoch": 0, "grad_steps": 0, "episodes": 0,
+                 "wall_seconds": 0.0, "history": []}
+        algo = make_algo(cfg, device)
+        algo.build_with_env(env)
+        buffer = d3rlpy.dataset.create_fifo_replay_buffer(limit=cfg.buffer_size, env=env)
+
+    d3rlpy.seed(cfg.seed + state["epoch"])
+    rng = np.random.default_rng([cfg.seed, state["epoch"]])
+    env.action_space.seed(int(rng.integers(2**31)))
+    explorer = None
+    if cfg.algo == "ddqn":
+        e = cfg.epsilon
+        explorer = d3rlpy.algos.LinearDecayEpsilonGreedy(e["start"], e["end"], int(e["duration"]))
+
+    obs, _ = env.reset(seed=int(rng.integers(2**31)))
+    ep_return, recent_returns, losses = 0.0, [], {}
+    step = state["step"]
+    bar = tqdm(total=cfg.steps, initial=step, unit="step", desc=f"{cfg.algo} {cfg.scenario}", disable=not progress)
+    t_epoch = time.perf_counter()
+    while step < cfg.steps:
+        step += 1
+        x = obs[None].astype(np.float32)
+        if step <= cfg.warmup_steps and state["epoch"] == 0:
+            action = env.action_space.sample()
+        elif explorer is not None:
+            action = explorer.sample(algo, x, step)[0]
+        else:
+            action = algo.sample_action(x)[0]
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        buffer.append(obs, action, float(reward))
+        ep_return += float(reward)
+        if terminated or truncated:
+            buffer.clip_episode(bool(terminated))
+            recent_returns.append(ep_return)
+            state["episodes"] += 1
+            ep_return = 0.0
+            obs, _ = env.reset()
+        else:
+            obs = next_obs
+        if (step > cfg.warmup_steps and step % cfg.update_interval == 0
+                and buffer.transition_count > max(algo.batch_size, min_fill)):
+            for _ in range(cfg.n_updates):
+                for k, v in algo.update(buffer.sample_transition_batch(algo.batch_size)).items():
+                    losses.setdefault(k, []).append(float(v))
+        bar.update(1)
+
+        if step % cfg.steps_per_epoch == 0 or step == cfg.steps:
+            dt = time.perf_counter() - t_epoch
+            state["epoch"] += 1
+            state["step"] = step
+            state["grad_steps"] = int(algo.grad_step)
+            state["wall_seconds"] += dt
+            metrics = {
+                "epoch": state["epoch"],
+                "step": step,
+                "train_return": float(np.mean(recent_returns)) if recent_returns else float("nan"),
+                "episodes": state["episodes"],
+                "steps_per_second": (step - state["history"][-1]["step"] if state["history"] else step) / max(dt, 1e-9),
+                **{k: float(np.mean(v)) for k, v in losses.items()},
+                **evaluate_algo(algo, scenario, cfg.eval_episodes, seed=10_000 + cfg.seed),
+            }
+            state["history"].append(metrics)
+            ck = _write_checkpoint(out, state["epoch"], algo, buffer, state)
+            if report:
+                report(metrics, ck)
+            bar.set_postfix(eval=f"{metrics['eval_return']:.1f}")
+            recent_returns, losses = [], {}
+            t_epoch = time.perf_counter()
+    bar.close()
+    algo.save(str(out / "model.d3"))
+    (out / "training.json").write_text(json.dumps(state, indent=2))
+    return state
+
+
+def quiet_d3rlpy() -> None:
+    """d3rlpy logs every model build at INFO through structlog; keep warnings only."""
+    import logging
+
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+
+
+def _mlflow_reporter(tracking: dict | None):
+    """A report callback that logs epoch metrics to an existing MLflow run (or nothing)."""
+    if not tracking:
+        return lambda metrics, ckpt: None
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=tracking["tracking_uri"])
+    run_id = tracking["run_id"]
+
+    def report(metrics: dict, ckpt: Path) -> None:
+        step = int(metrics["step"])
+        ts = int(time.time() * 1000)
+        batch = [mlflow.entities.Metric(k, float(v), ts, step) for k, v in metrics.items()
+                 if isinstance(v, (int, float)) and np.isfinite(v)]
+        client.log_batch(run_id, metrics=batch)
+
+    return report
+
+
+def _train_loop_per_worker(config: dict) -> None:
+    """The Ray Train function: the same loop, reporting to Ray Train and MLflow."""
+    import ray.train
+
+    quiet_d3rlpy()
+    cfg = AutTrainConfig(**config["cfg"])
+    if cfg.device is None:
+        cfg.device = "cuda:0" if config.get("use_gpu") else "cpu:0"
+    to_mlflow = _mlflow_reporter(config.get("tracking"))
+
+    def report(metrics: dict, ckpt: Path) -> None:
+        to_mlflow(metrics, ckpt)
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt)))
+
+    train_aut(cfg, config["out_dir"], resume=config["resume"], report=report, progress=config.get("progress", False))
+
+
+def train_aut_job(
+    cfg: AutTrainConfig,
+    out_dir: str | os.PathLike,
+    *,
+    resume: bool = False,
+    use_gpu: bool | None = None,
+    tracking: dict | None = None,
+    progress: bool = False,
+) -> dict:
+    """Run :func:`train_aut` as a Ray Train job: in-process (``num_workers=0``) on a CPU
+    machine, on one GPU worker when the cluster has GPUs. One code path; returns the final
+    training state read back from ``out_dir``.
+
+    ``tracking`` = ``{"tracking_uri": ..., "run_id": ...}`` logs every epoch to that MLflow run.
+    """
+    import uuid
+
+    import ray
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    cfg.validate()
+    if use_gpu is None:
+        use_gpu = ray.is_initialized() and ray.cluster_resources().get("GPU", 0) > 0
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    trainer = TorchTrainer(
+        _train_loop_per_worker,
+        train_loop_config={"cfg": asdict(cfg), "out_dir": str(out), "resume": resume, "use_gpu": use_gpu,
+                           "tracking": tracking, "progress": progress},
+        scaling_config=ray.train.ScalingConfig(num_workers=1 if use_gpu else 0, use_gpu=bool(use_gpu)),
+        # a fresh name per call: Ray Train auto-resumes a reused (storage_path, name); our own
+        # checkpoints under out_dir/checkpoints carry the resume state instead
+        run_config=ray.train.RunConfig(name=f"aut-{cfg.scenario}-{cfg.algo}-{uuid.uuid4().hex[:8]}",
+                                       storage_path=str(out / "ray_train")),
+    )
+    trainer.fit()
+    return json.loads((out / "training.json").read_text())
