@@ -126,3 +126,62 @@ def test_output_folder_holding_another_run(capsys, tmp_path):
                            "--episodes", "5", "--workers", "0", "--out", str(out), "--quiet")
     assert code == 2 and "already holds run" in err and "choose another --out folder" in err
     assert sorted(p.name for p in (out / "episodes").iterdir()) == before
+
+
+# ------------------------------------------------------------------------------ evaluate, zoo, train-aut
+
+
+def test_evaluate_prints_table1_columns(capsys):
+    code, out, err = run_cli(capsys, "evaluate", "--policy", BALANCER, "--scenario", "CartPole-v1",
+                             "--episodes", "30", "--json")
+    assert code == 0, err
+    ev = json.loads(out)
+    assert ev["episodes"] == 30 and 0 <= ev["success_rate"] <= 1
+    lo, hi = ev["success_wilson95"]
+    assert lo <= ev["success_rate"] <= hi
+    code, out2, _ = run_cli(capsys, "evaluate", "--policy", BALANCER, "--scenario", "CartPole-v1", "--episodes", "30")
+    assert f"{ev['mean_return']:.1f} ± {ev['ci95_margin']:.1f}" in out2 and "95% Wilson" in out2
+    # deterministic: the same seed gives the same figures (what a zoo card relies on)
+    code, out3, _ = run_cli(capsys, "evaluate", "--policy", BALANCER, "--scenario", "CartPole-v1",
+                            "--episodes", "30", "--json")
+    assert json.loads(out3) == ev
+
+
+def test_zoo_uris_resolve(tmp_path, monkeypatch, capsys):
+    from workers.policies import PolicyError, export_mlp_torchscript, load_policy
+
+    agent = tmp_path / "CartPole-v1-ddqn"
+    agent.mkdir()
+    export_mlp_torchscript(str(agent / "policy.pt"), 4, 2, hidden=(16,))
+    monkeypatch.setenv("DELTARL_ZOO", str(tmp_path))
+    pol = load_policy("zoo:CartPole-v1", "CartPole-v1")
+    assert pol.act(np.zeros((3, 4), np.float32)).shape == (3,)
+    assert load_policy("zoo:CartPole-v1-ddqn", "CartPole-v1").sha256 == pol.sha256
+    with pytest.raises(PolicyError, match="no zoo agent 'Hopper-v5'.*known agents: CartPole-v1-ddqn"):
+        load_policy("zoo:Hopper-v5")
+    code, out, err = run_cli(capsys, "evaluate", "--policy", "zoo:CartPole-v1", "--scenario", "CartPole-v1",
+                             "--episodes", "5")
+    assert code == 0 and "success rate" in out
+
+
+@pytest.mark.slow
+def test_train_aut_cli_writes_a_card_and_refuses_to_overwrite(tmp_path, capsys):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("scenario: CartPole-v1\nalgo: ddqn\nsteps: 300\nsteps_per_epoch: 150\nwarmup_steps: 100\n"
+                   "buffer_size: 2000\neval_episodes: 3\nhyperparameters: {batch_size: 16}\n")
+    out = tmp_path / "aut"
+    args = ["train-aut", "--scenario", "CartPole-v1", "--algo", "ddqn", "--config", str(cfg), "--out", str(out),
+            "--eval-episodes", "10", "--quiet"]
+    code, stdout, err = run_cli(capsys, *args)
+    assert code == 0, err
+    card = json.loads((out / "card.json").read_text())
+    assert card["steps"] == 300 and card["evaluation"]["episodes"] == 10
+    assert set(card["files"]) == {"model.d3", "policy.pt"}
+    # the card is reproducible with `deltarl evaluate`
+    code, ev, _ = run_cli(capsys, "evaluate", "--policy", str(out / "policy.pt"), "--scenario", "CartPole-v1",
+                          "--episodes", "10", "--json")
+    assert json.loads(ev)["mean_return"] == card["evaluation"]["mean_return"]
+    code, _, err = run_cli(capsys, *args)
+    assert code == 2 and "already holds a training run; add --resume" in err
+    code, _, err = run_cli(capsys, *[a if a != "ddqn" else "sac" for a in args])
+    assert code == 2 and "train it with --algo ddqn" in err
