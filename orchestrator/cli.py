@@ -274,6 +274,17 @@ def cmd_train_aut(args) -> int:
     return 0
 
 
+def cmd_zoo_add(args) -> int:
+    from orchestrator.zoo import add_to_zoo
+
+    try:
+        dest = add_to_zoo(args.training_dir)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from exc
+    print(f"added {dest} (index: {dest.parent / 'README.md'})")
+    return 0
+
+
 def write_model_card(out: Path, cfg, state: dict, *, eval_episodes: int = 100, wall: float = 0.0) -> dict:
     """Export TorchScript, evaluate over ``eval_episodes`` and write ``card.json`` (whole)."""
     import dataclasses
@@ -293,6 +304,7 @@ def write_model_card(out: Path, cfg, state: dict, *, eval_episodes: int = 100, w
         "algorithm": {"ddqn": "DoubleDQN", "sac": "SAC"}[cfg.algo] + " (d3rlpy " + d3rlpy.__version__ + ")",
         "config": dataclasses.asdict(cfg),
         "steps": state["step"],
+        "selected": state.get("best"),  # model.d3 = the best epoch by the training-time evaluation
         "seed": cfg.seed,
         "training_wall_seconds": state["wall_seconds"],
         "wall_seconds_incl_eval": wall,
@@ -398,6 +410,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-episodes", type=int, default=100, help="episodes for the model card (default 100)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train_aut)
+
+    p = sub.add_parser("zoo-add", help="ship a finished training run in experiments/zoo",
+                       description="Copy model.d3, policy.pt and card.json of a finished `deltarl train-aut` "
+                       "run into experiments/zoo/<scenario>-<algo>/ and regenerate the zoo's README.")
+    p.add_argument("training_dir", help="the --out folder of deltarl train-aut")
+    p.set_defaults(func=cmd_zoo_add)
     return parser
 
 

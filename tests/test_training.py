@@ -39,7 +39,9 @@ def test_ray_train_job_in_process_with_mlflow_and_resume(tmp_path):
     ck = latest_checkpoint(out)
     assert ck.name == "epoch-00002" and {p.name for p in ck.iterdir()} == {"model.d3", "buffer.h5", "state.json"}
     assert not list((out / "checkpoints").glob(".tmp-*"))
-    assert (out / "model.d3").is_file()
+    assert (out / "model.d3").is_file() and (out / "final.d3").is_file() and (out / "best.d3").is_file()
+    best = max(state["history"], key=lambda m: m["eval_return"])
+    assert state["best"]["eval_return"] == best["eval_return"]
     import mlflow
 
     hist = mlflow.MlflowClient(run["tracking_uri"]).get_metric_history(run["run_id"], "eval_return")

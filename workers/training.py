@@ -7,10 +7,12 @@
 The loop (CleanRL style, top to bottom): act (random during warm-up, then the explorer or the
 stochastic policy), step the scenario's reference gymnasium env, store the transition in a d3rlpy
 replay buffer, update every ``update_interval`` steps, and at the end of every epoch evaluate
-the greedy policy with the batched engine and write a checkpoint: ``model.d3`` (weights,
+the greedy policy with the batched engine (the best epoch so far is kept as ``best.d3``) and
+write a checkpoint: ``model.d3`` (weights,
 optimizer state and config), ``buffer.h5`` (the replay buffer) and ``state.json`` (step counters,
 returns, metrics), written into a temporary folder and renamed, so a checkpoint is whole or
-absent. ``resume=True`` continues from the newest checkpoint (the episode in progress at the
+absent. At the end ``final.d3`` is the last policy and ``model.d3`` the best one by evaluation
+(what the zoo ships). ``resume=True`` continues from the newest checkpoint (the episode in progress at the
 checkpoint is dropped: a resumed run starts a fresh episode).
 
 d3rlpy's own ``fit_online`` is not used: it would write ``d3rlpy_logs/`` into the working
@@ -244,6 +246,13 @@ def train_aut(
                 **evaluate_algo(algo, scenario, cfg.eval_episodes, seed=10_000 + cfg.seed),
             }
             state["history"].append(metrics)
+            best = state.get("best")
+            if best is None or metrics["eval_return"] > best["eval_return"]:
+                # keep the best greedy policy seen so far (DQN's return can swing between epochs)
+                state["best"] = {"epoch": state["epoch"], "step": step, "eval_return": metrics["eval_return"]}
+                tmp = out / f".best.d3.tmp-{os.getpid()}"
+                algo.save(str(tmp))
+                os.replace(tmp, out / "best.d3")
             ck = _write_checkpoint(out, state["epoch"], algo, buffer, state)
             if report:
                 report(metrics, ck)
@@ -251,7 +260,9 @@ def train_aut(
             recent_returns, losses = [], {}
             t_epoch = time.perf_counter()
     bar.close()
-    algo.save(str(out / "model.d3"))
+    algo.save(str(out / "final.d3"))
+    # model.d3: the policy to ship, the best epoch by evaluation (the final one if it is the best)
+    shutil.copyfile(out / "best.d3" if (out / "best.d3").is_file() else out / "final.d3", out / "model.d3")
     (out / "training.json").write_text(json.dumps(state, indent=2))
     return state
 
