@@ -32,9 +32,11 @@ def _bad_input_types() -> tuple:
     from envs import ScenarioError
     from orchestrator.store import StoreError
     from workers.policies import PolicyError
+    from orchestrator.campaign import CampaignError
+    from orchestrator.fuzzers import FuzzerError
     from workers.training import TrainingError
 
-    return (ScenarioError, StoreError, PolicyError, TrainingError, UsageError)
+    return (ScenarioError, StoreError, PolicyError, TrainingError, CampaignError, FuzzerError, UsageError)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -274,6 +276,32 @@ def cmd_train_aut(args) -> int:
     return 0
 
 
+def cmd_run(args) -> int:
+    from orchestrator.campaign import campaign_from_dict, load_campaign
+    from orchestrator.safety import run_safety
+
+    if args.resume:
+        run_dir = Path(args.resume)
+        if not (run_dir / "campaign.json").is_file():
+            raise UsageError(f"--resume {run_dir}: not a campaign run folder (no campaign.json)")
+        campaign = campaign_from_dict(json.loads((run_dir / "campaign.json").read_text()), str(run_dir / "campaign.json"))
+        campaign.output = str(run_dir)
+    else:
+        if not args.campaign:
+            raise UsageError("give a campaign file (deltarl run CAMPAIGN.yaml) or --resume RUN_DIR")
+        campaign = load_campaign(args.campaign, output=args.out)
+    s = run_safety(campaign, resume=bool(args.resume), progress=not args.quiet)
+    out = Path(campaign.output)
+    print(f"{s['campaign']}: {s['fuzzer']} on {s['scenario']} ({s['aut']}), {s['episodes']} episodes in {s['wall_seconds']:.0f} s\n"
+          f"  failures           {s['failures']} ({100 * s['failure_rate']:.1f}% of episodes)\n"
+          f"  distinct failures  {s['distinct_failures']} grid cells ({s['grid_intervals']} intervals per dimension)\n"
+          f"  dataset D          {out / 'steps'} (phases sampling + fuzzing)\n"
+          f"  failures over time {out / 'timeline.parquet'}\n"
+          f"  summary            {out / 'summary.json'}\n"
+          + (f"  MLflow             mlflow ui --backend-store-uri sqlite:///{out.resolve() / 'mlflow.db'}" if campaign.mlflow else ""))
+    return 0
+
+
 def cmd_zoo_add(args) -> int:
     from orchestrator.zoo import add_to_zoo
 
@@ -410,6 +438,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eval-episodes", type=int, default=100, help="episodes for the model card (default 100)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train_aut)
+
+    p = sub.add_parser(
+        "run",
+        help="run a safety-testing campaign from a YAML file",
+        description="Run a campaign: fuzz the AUT's initial states for failures (random, mdpfuzz, curefuzz "
+        "or gmt), recording every trajectory as Parquet (dataset D), failures over time and MLflow metrics. "
+        "The corpus is snapshotted every generation; --resume RUN_DIR continues an interrupted run.",
+        epilog="Examples: experiments/campaigns/*.yaml",
+    )
+    p.add_argument("campaign", nargs="?", help="campaign YAML file")
+    p.add_argument("--out", default=None, help="run folder (overrides the campaign's output)")
+    p.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue the campaign in RUN_DIR")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("zoo-add", help="ship a finished training run in experiments/zoo",
                        description="Copy model.d3, policy.pt and card.json of a finished `deltarl train-aut` "

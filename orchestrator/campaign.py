@@ -1,0 +1,166 @@
+"""Campaign files: one YAML file says what to test, how, with what budget, and where results go.
+
+    name: cartpole-curefuzz
+    scenario: CartPole-v1
+    aut: zoo:CartPole-v1           # any policy URI
+    seed: 0
+    workers: 2                     # Ray rollout actors; 0 = in this process, no Ray
+    output: runs/cartpole-curefuzz
+    safety:
+      fuzzer: curefuzz             # random | mdpfuzz | curefuzz | gmt
+      params: {}                   # the fuzzer's own parameters
+      budget: {episodes: 2000}     # or {seconds: 600}
+      sampling_fraction: 0.25      # share of the budget that builds the initial corpus
+      generation_size: 64          # proposals per generation (1 = the serial algorithm)
+
+Validation happens before any Ray work: an unknown key, a wrong type, an unknown fuzzer or
+scenario, a negative budget each give one :class:`CampaignError` naming the field and what is
+allowed. The resolved campaign (defaults filled in) is saved beside the results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class CampaignError(ValueError):
+    """A campaign file that cannot be run as written."""
+
+
+@dataclass
+class Budget:
+    episodes: int | None = None
+    seconds: float | None = None
+
+
+@dataclass
+class SafetySpec:
+    fuzzer: str = "curefuzz"
+    params: dict = field(default_factory=dict)
+    budget: Budget = field(default_factory=lambda: Budget(episodes=1000))
+    sampling_fraction: float = 0.25
+    generation_size: int = 64
+
+
+@dataclass
+class Campaign:
+    scenario: str
+    aut: str
+    output: str
+    name: str = ""
+    seed: int = 0
+    workers: int = 2
+    batch_size: int = 256
+    scenario_overrides: dict = field(default_factory=dict)
+    mlflow: bool = True
+    safety: SafetySpec = field(default_factory=SafetySpec)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_TYPES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a mapping"}
+
+
+def _build(cls, data: Any, where: str):
+    """Build dataclass ``cls`` from ``data`` checking keys and types; ``where`` names the field."""
+    if not isinstance(data, dict):
+        raise CampaignError(f"{where or 'the campaign'} must be a mapping of settings, got {type(data).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise CampaignError(f"unknown key {where + '.' if where else ''}{unknown[0]}; allowed keys: {', '.join(fields)}")
+    kwargs = {}
+    hints = {f.name: f.type for f in dataclasses.fields(cls)}
+    for name, value in data.items():
+        path = f"{where}.{name}" if where else name
+        sub = {"budget": Budget, "safety": SafetySpec}.get(name)
+        if sub is not None:
+            kwargs[name] = _build(sub, value, path)
+            continue
+        kwargs[name] = _check_type(value, str(hints[name]), path)
+    missing = [n for n, f in fields.items()
+               if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and n not in kwargs]
+    if missing:
+        raise CampaignError(f"missing required key {where + '.' if where else ''}{missing[0]}")
+    return cls(**kwargs)
+
+
+def _check_type(value, hint: str, path: str):
+    optional = "None" in hint
+    if value is None:
+        if optional:
+            return None
+        raise CampaignError(f"{path} must be set (got null)")
+    for py, label in ((bool, "bool"), (int, "int"), (float, "float"), (str, "str"), (dict, "dict")):
+        if hint.startswith(label) or hint.startswith(f"{label} |"):
+            ok = isinstance(value, py) and not (py in (int, float) and isinstance(value, bool))
+            if py is float and isinstance(value, int) and not isinstance(value, bool):
+                ok, value = True, float(value)
+            if not ok:
+                raise CampaignError(f"{path} must be {_TYPES[py]}, got {value!r}")
+            return value
+    return value
+
+
+def load_campaign(path: str | Path, **overrides) -> Campaign:
+    """Read and validate a campaign file (``overrides`` replace top-level keys, e.g. output)."""
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise CampaignError(f"campaign file {p} not found; examples are in experiments/campaigns/")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise CampaignError(f"campaign file {p} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if data is None:
+        raise CampaignError(f"campaign file {p} is empty")
+    if isinstance(data, dict):
+        data.update({k: v for k, v in overrides.items() if v is not None})
+    campaign = _build(Campaign, data, "")
+    if not campaign.name:
+        campaign.name = p.stem
+    validate_campaign(campaign)
+    return campaign
+
+
+def campaign_from_dict(data: dict, where: str = "campaign.json") -> Campaign:
+    """A campaign from its resolved form (``campaign.json`` of a run folder)."""
+    try:
+        c = _build(Campaign, data, "")
+    except CampaignError as exc:
+        raise CampaignError(f"{where}: {exc}") from exc
+    validate_campaign(c)
+    return c
+
+
+def validate_campaign(c: Campaign) -> None:
+    """Semantic checks: known scenario and fuzzer, sane budgets and sizes."""
+    from envs import ScenarioError, get_scenario
+    from orchestrator.fuzzers import FUZZERS
+
+    try:
+        get_scenario(c.scenario, **c.scenario_overrides)
+    except ScenarioError as exc:
+        raise CampaignError(f"scenario: {exc}") from exc
+    if c.safety.fuzzer.lower() not in FUZZERS:
+        raise CampaignError(f"safety.fuzzer: unknown fuzzer {c.safety.fuzzer!r}; allowed: {', '.join(FUZZERS)}")
+    b = c.safety.budget
+    if b.episodes is None and b.seconds is None:
+        raise CampaignError("safety.budget: give episodes or seconds (e.g. {episodes: 2000})")
+    if b.episodes is not None and b.episodes <= 0:
+        raise CampaignError(f"safety.budget.episodes must be a positive integer, got {b.episodes}")
+    if b.seconds is not None and b.seconds <= 0:
+        raise CampaignError(f"safety.budget.seconds must be a positive number, got {b.seconds}")
+    if not 0.0 < c.safety.sampling_fraction < 1.0:
+        raise CampaignError(f"safety.sampling_fraction must be between 0 and 1 (exclusive), got {c.safety.sampling_fraction}")
+    if c.safety.generation_size < 1:
+        raise CampaignError(f"safety.generation_size must be >= 1, got {c.safety.generation_size}")
+    if c.workers < 0:
+        raise CampaignError(f"workers must be >= 0 (0 runs in this process), got {c.workers}")
+    if c.batch_size < 1:
+        raise CampaignError(f"batch_size must be >= 1, got {c.batch_size}")

@@ -1,0 +1,97 @@
+"""The seed corpus: initial states with their scores and energies, and energy-proportional selection.
+
+Plain class (a fuzzer owns one); ``corpus_actor_class()`` wraps it as a Ray actor for campaigns
+that share a corpus between drivers or want it to outlive one (snapshots via ``state_dict``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Corpus:
+    """Seeds = rows of ``states`` with a stable integer id, named per-seed scores and an energy."""
+
+    def __init__(self, state_dim: int):
+        self.state_dim = int(state_dim)
+        self.states = np.zeros((0, self.state_dim))
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.energy = np.zeros(0)
+        self.scores: dict[str, np.ndarray] = {}
+        self._next_id = 0
+
+    def __len__(self) -> int:
+        return int(self.ids.size)
+
+    def add(self, states: np.ndarray, energy=None, **scores) -> np.ndarray:
+        """Append seeds; returns their ids. Scores not given are NaN for the new seeds."""
+        states = np.asarray(states, dtype=np.float64).reshape(-1, self.state_dim)
+        k = states.shape[0]
+        ids = np.arange(self._next_id, self._next_id + k, dtype=np.int64)
+        self._next_id += k
+        self.states = np.concatenate([self.states, states])
+        self.ids = np.concatenate([self.ids, ids])
+        e = np.ones(k) if energy is None else np.broadcast_to(np.asarray(energy, dtype=np.float64), (k,))
+        self.energy = np.concatenate([self.energy, e])
+        for name in set(self.scores) | set(scores):
+            old = self.scores.get(name, np.full(len(self) - k, np.nan))
+            new = np.broadcast_to(np.asarray(scores.get(name, np.nan), dtype=np.float64), (k,))
+            self.scores[name] = np.concatenate([old, new])
+        return ids
+
+    def index_of(self, ids) -> np.ndarray:
+        """Row index of each id (-1 when the seed is no longer in the corpus)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        pos = np.searchsorted(self.ids, ids)  # ids stay sorted: appended increasing, removal keeps order
+        pos = np.clip(pos, 0, max(len(self) - 1, 0))
+        found = (len(self) > 0) & (self.ids[pos] == ids) if len(self) else np.zeros(ids.shape, bool)
+        return np.where(found, pos, -1)
+
+    def remove(self, ids) -> None:
+        keep = ~np.isin(self.ids, np.asarray(ids, dtype=np.int64))
+        self.states, self.ids, self.energy = self.states[keep], self.ids[keep], self.energy[keep]
+        self.scores = {k: v[keep] for k, v in self.scores.items()}
+
+    def update(self, ids, **scores) -> None:
+        """Set scores (and ``energy=``) of existing seeds; unknown ids are ignored."""
+        idx = self.index_of(ids)
+        ok = idx >= 0
+        for name, value in scores.items():
+            value = np.broadcast_to(np.asarray(value, dtype=np.float64), idx.shape)
+            if name == "energy":
+                self.energy[idx[ok]] = value[ok]
+                continue
+            if name not in self.scores:
+                self.scores[name] = np.full(len(self), np.nan)
+            self.scores[name][idx[ok]] = value[ok]
+
+    def select(self, rng: np.random.Generator, k: int) -> np.ndarray:
+        """k row indices drawn with probability ∝ energy (uniform when all energies are 0)."""
+        if len(self) == 0:
+            raise IndexError("select from an empty corpus")
+        e = np.clip(np.nan_to_num(self.energy, nan=0.0, posinf=0.0), 0.0, None)
+        total = e.sum()
+        p = e / total if total > 0 else None
+        return rng.choice(len(self), size=int(k), replace=True, p=p)
+
+    def mean(self, name: str) -> float:
+        v = self.scores.get(name)
+        return float(np.nanmean(v)) if v is not None and np.isfinite(v).any() else float("nan")
+
+    def state_dict(self) -> dict:
+        return {"state_dim": self.state_dim, "states": self.states.copy(), "ids": self.ids.copy(),
+                "energy": self.energy.copy(), "scores": {k: v.copy() for k, v in self.scores.items()},
+                "next_id": self._next_id}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.state_dim = int(d["state_dim"])
+        self.states, self.ids, self.energy = d["states"].copy(), d["ids"].copy(), d["energy"].copy()
+        self.scores = {k: v.copy() for k, v in d["scores"].items()}
+        self._next_id = int(d["next_id"])
+
+
+def corpus_actor_class():
+    """``Corpus`` as a Ray actor (no CPU reserved: it only holds state)."""
+    import ray
+
+    return ray.remote(num_cpus=0)(Corpus)

@@ -1,0 +1,236 @@
+"""Safety testing (Delta phase 1): fuzz the AUT for failures and record every trajectory (dataset D).
+
+    run_safety(campaign)               # a new run in campaign.output
+    run_safety(campaign, resume=True)  # continue from the last generation snapshot
+
+Generations: ``fuzzer.propose(n)`` → the AUT runs from the proposed states (in this process, or
+on the Ray ``RolloutPool`` in chunks with several in flight) → ``fuzzer.observe`` → the episodes
+are written to the run's Parquet store (phase ``sampling`` or ``fuzzing``, the fuzzer's name,
+the generation as iteration) → metrics → a snapshot. The sampling phase spends
+``sampling_fraction`` of the budget (episodes or seconds) on the initial corpus.
+
+Snapshots (``snapshots/gen-NNNNNN.pkl``, written whole) hold the fuzzer's state, the counters and
+the list of Parquet part files committed so far. ``resume`` deletes part files written after the
+last snapshot (a generation cut short), restores the fuzzer and continues: with an episode budget
+the resumed run reaches exactly the result of an uninterrupted one with the same seed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+SAFETY_PHASES = ("sampling", "fuzzing")  # the store phases that make up dataset D
+
+
+@dataclass
+class SafetyState:
+    generation: int = 0
+    episodes: int = 0
+    sampling_episodes: int = 0
+    elapsed: float = 0.0
+    phase: str = "sampling"
+    failures: int = 0
+    failure_states: list = field(default_factory=list)  # initial states of failing episodes
+    timeline: list = field(default_factory=list)  # one row per generation
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class _Executor:
+    """Runs the AUT from initial states: in-process (workers = 0) or on the Ray pool."""
+
+    def __init__(self, campaign, scenario):
+        self.workers = campaign.workers
+        uris = {"aut": campaign.aut}
+        if self.workers == 0:
+            from workers.rollout import RolloutWorker
+
+            self.local = RolloutWorker(scenario.name, uris, scenario_overrides=campaign.scenario_overrides,
+                                       batch_size=campaign.batch_size, torch_threads=None)
+            self.policy_hash = self.local.policy_hashes()["aut"]
+        else:
+            from orchestrator.driver import RolloutPool, start_ray
+
+            start_ray(num_cpus=max(self.workers, os.cpu_count() or 1))
+            self.pool = RolloutPool(scenario.name, uris, workers=self.workers, batch_size=campaign.batch_size,
+                                    scenario_overrides=campaign.scenario_overrides)
+            self.policy_hash = self.pool.policy_hashes["aut"]
+
+    def run(self, states: np.ndarray, seed: int):
+        from workers.rollout import RolloutResult
+
+        if self.workers == 0:
+            return self.local.run(states, seed=seed)
+        chunk = max(1, -(-len(states) // (2 * self.workers)))
+        parts = sorted(self.pool.map(states, seed=seed, chunk=chunk), key=lambda p: p[0])
+        return RolloutResult.concat([r for _, r in parts])
+
+    def close(self):
+        if self.workers:
+            self.pool.shutdown()
+
+
+def _snapshot(run_dir: Path, fuzzer, st: SafetyState, store, keep: int = 2) -> None:
+    snap_dir = run_dir / "snapshots"
+    snap_dir.mkdir(exist_ok=True)
+    committed = sorted(str(p.relative_to(run_dir)) for d in ("steps", "episodes")
+                       for p in (run_dir / d).glob("*.parquet"))
+    blob = pickle.dumps({"fuzzer": fuzzer.state_dict(), "state": st, "committed": committed})
+    _atomic_write(snap_dir / f"gen-{st.generation:06d}.pkl", blob)
+    for old in sorted(snap_dir.glob("gen-*.pkl"))[:-keep]:
+        old.unlink()
+
+
+def _restore(run_dir: Path, fuzzer) -> SafetyState:
+    snaps = sorted((run_dir / "snapshots").glob("gen-*.pkl"))
+    if not snaps:
+        return SafetyState()
+    snap = pickle.loads(snaps[-1].read_bytes())
+    keep = set(snap["committed"])
+    for d in ("steps", "episodes"):  # part files of a generation that never got its snapshot
+        for p in (run_dir / d).glob("*.parquet"):
+            if str(p.relative_to(run_dir)) not in keep:
+                p.unlink()
+    fuzzer.load_state_dict(snap["fuzzer"])
+    return snap["state"]
+
+
+def run_safety(campaign, *, resume: bool = False, progress: bool = True) -> dict:
+    """Run (or resume) the safety phase of ``campaign``; returns the summary."""
+    from tqdm import tqdm
+
+    from envs import get_scenario
+    from orchestrator import tracking
+    from orchestrator.fuzzers import make_fuzzer
+    from orchestrator.store import RunStore, StoreError
+    from workers.policies import load_policy
+
+    scenario = get_scenario(campaign.scenario, **campaign.scenario_overrides)
+    spec = campaign.safety
+    run_dir = Path(campaign.output)
+    load_policy(campaign.aut, scenario)  # a policy that does not load or fit: clear error, nothing written
+    fuzzer = make_fuzzer(spec.fuzzer, scenario, seed=campaign.seed, **spec.params)
+
+    if resume:
+        if not (run_dir / "campaign.json").is_file():
+            raise StoreError(f"{run_dir} holds no campaign to resume (campaign.json missing)")
+        store = RunStore.open(run_dir)
+        st = _restore(run_dir, fuzzer)
+    else:
+        store = RunStore.create(run_dir, scenario, run_id=f"{campaign.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        _atomic_write(run_dir / "campaign.json", json.dumps(campaign.to_dict(), indent=2).encode())
+        st = SafetyState()
+    fuzzer.start_phase(st.phase)
+
+    budget_eps, budget_s = spec.budget.episodes, spec.budget.seconds
+    sampling_eps = int(round(spec.sampling_fraction * budget_eps)) if budget_eps else None
+    sampling_s = spec.sampling_fraction * budget_s if budget_s else None
+    mlrun = None
+    if campaign.mlflow:
+        mlrun = tracking.start_run(run_dir, "safety", f"{campaign.name}-{spec.fuzzer}",
+                                   params={"campaign": campaign.to_dict(), "resume": resume},
+                                   tags={"deltarl.kind": "safety", "scenario": scenario.name, "fuzzer": spec.fuzzer})
+    executor = _Executor(campaign, scenario)
+    bar = tqdm(total=budget_eps or budget_s, initial=st.episodes if budget_eps else st.elapsed,
+               unit="ep" if budget_eps else "s", desc=f"{spec.fuzzer} {scenario.name}", disable=not progress)
+    t_start = time.perf_counter() - st.elapsed
+    try:
+        while True:
+            left_eps = None if budget_eps is None else budget_eps - st.episodes
+            if (left_eps is not None and left_eps <= 0) or (budget_s is not None and st.elapsed >= budget_s):
+                break
+            if st.phase == "sampling" and ((sampling_eps is not None and st.episodes >= sampling_eps)
+                                           or (sampling_s is not None and st.elapsed >= sampling_s)):
+                st.phase = "fuzzing"
+                fuzzer.start_phase("fuzzing")
+            n = spec.generation_size
+            if st.phase == "sampling" and sampling_eps is not None:
+                n = min(n, sampling_eps - st.episodes)
+            if left_eps is not None:
+                n = min(n, left_eps)
+            proposal = fuzzer.propose(n)
+            states = scenario.validate(proposal.states)
+            gen_seed = campaign.seed * 1_000_003 + st.generation
+            result = executor.run(states, seed=gen_seed)
+            from orchestrator.fuzzers import Feedback
+
+            fuzzer.observe(proposal, Feedback.from_result(result))
+            st.elapsed = time.perf_counter() - t_start
+            store.write(result, phase=st.phase, fuzzer=spec.fuzzer, iteration=st.generation,
+                        wall_time=st.elapsed, policy_sha256=executor.policy_hash)
+            k = len(proposal)
+            st.episodes += k
+            if st.phase == "sampling":
+                st.sampling_episodes += k
+            fails = result.failure
+            st.failures += int(fails.sum())
+            st.failure_states.extend(states[fails].tolist())
+            distinct = scenario.count_distinct(np.asarray(st.failure_states)) if st.failure_states else 0
+            row = {"generation": st.generation, "phase": st.phase, "episodes": st.episodes, "wall_time": st.elapsed,
+                   "failures": st.failures, "distinct_failures": distinct,
+                   "mean_return": float(result.returns.mean())}
+            st.timeline.append(row)
+            st.generation += 1
+            _snapshot(run_dir, fuzzer, st, store)
+            if mlrun:
+                tracking.log_metrics(mlrun, {k: v for k, v in row.items() if k not in ("generation", "phase")},
+                                     step=st.episodes)
+            bar.update(k if budget_eps else st.elapsed - bar.n)
+            bar.set_postfix(failures=st.failures, distinct=distinct, phase=st.phase)
+    except BaseException:
+        if mlrun:
+            tracking.end_run(mlrun, "FAILED")
+        raise
+    finally:
+        bar.close()
+        executor.close()
+
+    summary = summarize(run_dir, scenario, st, campaign)
+    if mlrun:
+        tracking.log_artifact(mlrun, run_dir / "summary.json")
+        tracking.end_run(mlrun)
+    return summary
+
+
+def summarize(run_dir: Path, scenario, st: SafetyState, campaign) -> dict:
+    """Write ``summary.json`` and ``timeline.parquet`` (failures over time) whole."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    distinct = scenario.count_distinct(np.asarray(st.failure_states)) if st.failure_states else 0
+    summary = {
+        "campaign": campaign.name,
+        "scenario": scenario.name,
+        "aut": campaign.aut,
+        "fuzzer": campaign.safety.fuzzer,
+        "seed": campaign.seed,
+        "episodes": st.episodes,
+        "sampling_episodes": st.sampling_episodes,
+        "generations": st.generation,
+        "wall_seconds": st.elapsed,
+        "failures": st.failures,
+        "distinct_failures": distinct,
+        "grid_intervals": scenario.grid_intervals,
+        "failure_rate": st.failures / st.episodes if st.episodes else float("nan"),
+    }
+    _atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2).encode())
+    table = pa.Table.from_pandas(pd.DataFrame(st.timeline), preserve_index=False)
+    tmp = run_dir / f".timeline.parquet.tmp-{os.getpid()}"
+    pq.write_table(table, tmp)
+    os.replace(tmp, run_dir / "timeline.parquet")
+    return summary
