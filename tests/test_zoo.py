@@ -1,0 +1,53 @@
+"""Every zoo agent loads, fits its scenario, and `deltarl evaluate` reproduces its card."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli import evaluate_policy
+from orchestrator.zoo import FILES, TARGETS, write_index
+
+ZOO = Path(__file__).resolve().parents[1] / "experiments" / "zoo"
+CARDS = sorted(ZOO.glob("*/card.json"))
+
+
+def test_the_zoo_ships_agents():
+    assert CARDS, "experiments/zoo holds no agent"
+    names = {p.parent.name for p in CARDS}
+    assert {"CartPole-v1-ddqn"} <= names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("card_path", CARDS, ids=[p.parent.name for p in CARDS])
+def test_evaluate_reproduces_the_card(card_path):
+    from envs import get_scenario
+
+    card = json.loads(card_path.read_text())
+    agent = card_path.parent
+    for f in FILES:
+        assert (agent / f).is_file()
+    for f, digest in card["files"].items():
+        assert hashlib.sha256((agent / f).read_bytes()).hexdigest() == digest, f"{agent.name}/{f} changed"
+    ev = card["evaluation"]
+    got = evaluate_policy(get_scenario(card["scenario"]), f"zoo:{agent.name}", ev["episodes"], ev["seed"], device="cpu")
+    # same seed, same states, deterministic policy: equal up to float differences between CPUs,
+    # which chaotic dynamics can amplify; the card's own 95% CI margin bounds what we accept
+    assert abs(got["mean_return"] - ev["mean_return"]) <= max(ev["ci95_margin"], 1e-9)
+    assert abs(got["success_rate"] - ev["success_rate"]) <= 0.05
+
+
+def test_index_lists_every_agent(tmp_path):
+    import shutil
+
+    for card_path in CARDS:
+        (tmp_path / card_path.parent.name).mkdir()
+        shutil.copyfile(card_path, tmp_path / card_path.parent.name / "card.json")
+    text = write_index(tmp_path).read_text()
+    for card_path in CARDS:
+        card = json.loads(card_path.read_text())
+        assert f"| {card['agent']} |" in text
+        assert str(TARGETS[card["scenario"]][0]) in text
