@@ -126,7 +126,7 @@ def cmd_rollout(args) -> int:
     bar = tqdm(total=n, unit="ep", desc=f"{scenario.name}", disable=args.quiet or None, file=sys.stderr)
     hashes = {"aut": getattr(policy, "sha256", "") or ""}
     if args.workers == 0:
-        worker = RolloutWorker(scenario.name, policy_uris, batch_size=args.batch_size, torch_threads=None)
+        worker = RolloutWorker(scenario.name, policy_uris, batch_size=args.batch_size)
         chunk = args.batch_size
         for lo in range(0, n, chunk):
             res = worker.run(states[lo:lo + chunk], seed=args.seed, max_steps=args.max_steps, state_offset=lo)

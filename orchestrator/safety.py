@@ -60,7 +60,7 @@ class _Executor:
             from workers.rollout import RolloutWorker
 
             self.local = RolloutWorker(scenario.name, uris, scenario_overrides=campaign.scenario_overrides,
-                                       batch_size=campaign.batch_size, torch_threads=None)
+                                       batch_size=campaign.batch_size)
             self.policy_hash = self.local.policy_hashes()["aut"]
         else:
             from orchestrator.driver import RolloutPool, start_ray

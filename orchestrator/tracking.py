@@ -57,10 +57,16 @@ def log_artifact(tracking: dict, path: str | os.PathLike, artifact_path: str | N
 def log_metrics(tracking: dict, metrics: dict, step: int = 0) -> None:
     import mlflow
 
-    client = mlflow.MlflowClient(tracking_uri=tracking["tracking_uri"])
-    for k, v in metrics.items():
-        if isinstance(v, (int, float)):
-            client.log_metric(tracking["run_id"], k, float(v), step=step)
+    import math
+    import time
+
+    from mlflow.entities import Metric
+
+    ts = int(time.time() * 1000)
+    batch = [Metric(k, float(v), ts, int(step)) for k, v in metrics.items()
+             if isinstance(v, (int, float)) and math.isfinite(float(v))]
+    if batch:  # one transaction per call, not one per metric
+        mlflow.MlflowClient(tracking_uri=tracking["tracking_uri"]).log_batch(tracking["run_id"], metrics=batch)
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
