@@ -344,9 +344,9 @@ def write_model_card(out: Path, cfg, state: dict, *, eval_episodes: int = 100, w
 
 
 def _write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(obj, indent=2, default=float))
-    os.replace(tmp, path)
+    from orchestrator.store import atomic_write_bytes
+
+    atomic_write_bytes(path, json.dumps(obj, indent=2, default=float).encode())
 
 
 # ---------------------------------------------------------------------------------------------

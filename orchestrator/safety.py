@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from orchestrator.store import atomic_write_bytes
+
 SAFETY_PHASES = ("sampling", "fuzzing")  # the store phases that make up dataset D
 
 
@@ -39,15 +41,6 @@ class SafetyState:
     failures: int = 0
     failure_states: list = field(default_factory=list)  # initial states of failing episodes
     timeline: list = field(default_factory=list)  # one row per generation
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class _Executor:
@@ -90,7 +83,7 @@ def _snapshot(run_dir: Path, fuzzer, st: SafetyState, store, keep: int = 2) -> N
     committed = sorted(str(p.relative_to(run_dir)) for d in ("steps", "episodes")
                        for p in (run_dir / d).glob("*.parquet"))
     blob = pickle.dumps({"fuzzer": fuzzer.state_dict(), "state": st, "committed": committed})
-    _atomic_write(snap_dir / f"gen-{st.generation:06d}.pkl", blob)
+    atomic_write_bytes(snap_dir / f"gen-{st.generation:06d}.pkl", blob)
     for old in sorted(snap_dir.glob("gen-*.pkl"))[:-keep]:
         old.unlink()
 
@@ -132,7 +125,7 @@ def run_safety(campaign, *, resume: bool = False, progress: bool = True) -> dict
         st = _restore(run_dir, fuzzer)
     else:
         store = RunStore.create(run_dir, scenario, run_id=f"{campaign.name}-{time.strftime('%Y%m%d-%H%M%S')}")
-        _atomic_write(run_dir / "campaign.json", json.dumps(campaign.to_dict(), indent=2).encode())
+        atomic_write_bytes(run_dir / "campaign.json", json.dumps(campaign.to_dict(), indent=2).encode())
         st = SafetyState()
     fuzzer.start_phase(st.phase)
 
@@ -228,7 +221,7 @@ def summarize(run_dir: Path, scenario, st: SafetyState, campaign) -> dict:
         "grid_intervals": scenario.grid_intervals,
         "failure_rate": st.failures / st.episodes if st.episodes else float("nan"),
     }
-    _atomic_write(run_dir / "summary.json", json.dumps(summary, indent=2).encode())
+    atomic_write_bytes(run_dir / "summary.json", json.dumps(summary, indent=2).encode())
     table = pa.Table.from_pandas(pd.DataFrame(st.timeline), preserve_index=False)
     tmp = run_dir / f".timeline.parquet.tmp-{os.getpid()}"
     pq.write_table(table, tmp)

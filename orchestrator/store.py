@@ -125,7 +125,8 @@ def _tmp_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:12]}")
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` whole: a temporary name in the same folder, fsync, rename."""
     tmp = _tmp_name(path)
     try:
         with open(tmp, "wb") as f:
@@ -342,7 +343,7 @@ class RunStore:
         }
         if scenario is not None:
             meta.update(cls._scenario_meta(scenario))
-        _atomic_write_bytes(root / STORE_FILE, (json.dumps(meta, indent=2) + "\n").encode())
+        atomic_write_bytes(root / STORE_FILE, (json.dumps(meta, indent=2) + "\n").encode())
         return cls(root)
 
     @staticmethod
@@ -524,7 +525,7 @@ class RunStore:
             m["state_dim"] = int(state_dim)
             changed = True
         if changed:
-            _atomic_write_bytes(self.root / STORE_FILE, (json.dumps(m, indent=2) + "\n").encode())
+            atomic_write_bytes(self.root / STORE_FILE, (json.dumps(m, indent=2) + "\n").encode())
 
     # -- writer slots ------------------------------------------------------------------------
     def _claim_slot(self) -> int:
