@@ -104,7 +104,7 @@ class CureFuzz(Fuzzer):
         self.rnd = RND(scenario.obs_dim, hidden=rnd_hidden, out_dim=rnd_out, lr=rnd_lr, l2=rnd_l2,
                        batch_size=rnd_batch, seed=int(self.rng.integers(2**31 - 1)))
         self.corpus = Corpus(scenario.state_dim)
-        self._final: dict[int, np.ndarray] = {}  # corpus id -> final observation of its episode
+        self._final: dict[int, np.ndarray] = {}  # entropy on: corpus id -> final observation of its episode
         self._pending: list[int] = []  # sampling phase: corpus ids still waiting for their twin
         self.ref_novelty = float("nan")
         self.ref_entropy = float("nan")
@@ -324,10 +324,11 @@ class CureFuzz(Fuzzer):
                 "entropy": np.where(is_mut[add], entropy_rel[add], np.nan),
                 "count": float(self.seed_energy), "parent": parents[add].astype(np.float64),
                 "generation": float(self.generation)})
-            for sid, f in zip(new_ids, final[add]):
-                self._final[int(sid)] = f
-            if self.phase == "sampling" and self.entropy_on:
-                self._pending.extend(int(s) for s, k in zip(new_ids, kinds[add]) if k == "seed")
+            if self.entropy_on:
+                for sid, f in zip(new_ids, final[add]):
+                    self._final[int(sid)] = f
+                if self.phase == "sampling":
+                    self._pending.extend(int(s) for s, k in zip(new_ids, kinds[add]) if k == "seed")
         # keep final observations of corpus seeds only
         if len(self._final) > len(c):
             live = set(c.ids.tolist())
