@@ -19,10 +19,10 @@ $(BIN)/.deltarl-installed: pyproject.toml
 
 install: $(BIN)/.deltarl-installed
 
-# The main job on the embedded default: a local Ray cluster, Parquet under the run folder.
+# The main job on the embedded default: safety testing of the zoo CartPole agent with CureFuzz on a
+# local Ray cluster; dataset D as Parquet, MLflow in SQLite, all under the run folder.
 run: $(BIN)/.deltarl-installed
-	$(BIN)/deltarl rollout --scenario CartPole-v1 --policy python:workers.examples:cartpole_balancer \
-	    --episodes 2000 --workers 2 --out $(RUN)
+	$(BIN)/deltarl run experiments/campaigns/cartpole-curefuzz.yaml --out $(RUN)
 
 test: $(BIN)/.deltarl-installed
 	$(BIN)/python -m pytest -q

@@ -56,3 +56,20 @@ def test_actors_use_no_gpu_on_a_cpu_cluster(ray_cluster):
         assert avail.get("CPU", 0) <= ray.cluster_resources()["CPU"] - 1  # the actor holds one CPU
     finally:
         pool.shutdown()
+
+
+def test_corpus_actor_holds_a_corpus(ray_cluster):
+    import ray
+
+    from orchestrator.fuzzers.corpus import Corpus, corpus_actor_class
+
+    actor = corpus_actor_class().remote(2)
+    ids = ray.get(actor.add.remote(np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]), energy=[0.0, 1.0, 0.0], ret=[1, 2, 3]))
+    assert list(ids) == [0, 1, 2]
+    picks = ray.get(actor.select.remote(np.random.default_rng(0), 20))
+    assert set(picks.tolist()) == {1}  # all the energy is on the second seed
+    ray.get(actor.remove.remote([1]))
+    local = Corpus(2)
+    local.load_state_dict(ray.get(actor.state_dict.remote()))
+    assert len(local) == 2 and local.scores["ret"].tolist() == [1.0, 3.0]
+    ray.kill(actor)
