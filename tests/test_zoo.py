@@ -18,7 +18,7 @@ CARDS = sorted(ZOO.glob("*/card.json"))
 def test_the_zoo_ships_agents():
     assert CARDS, "experiments/zoo holds no agent"
     names = {p.parent.name for p in CARDS}
-    assert {"CartPole-v1-ddqn"} <= names
+    assert {"CartPole-v1-ddqn", "Acrobot-v1-ddqn", "MountainCar-v0-ddqn"} <= names
 
 
 @pytest.mark.slow
