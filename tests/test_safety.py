@@ -124,3 +124,28 @@ def test_resume_after_a_crash_gives_the_uninterrupted_result(tmp_path, monkeypat
     np.testing.assert_array_equal(np.stack(a["initial_state"]), np.stack(b["initial_state"]))
     np.testing.assert_array_equal(a["return"].to_numpy(), b["return"].to_numpy())
     assert json.loads((tmp_path / "full" / "summary.json").read_text())["failures"] == s["failures"]
+
+
+def test_budget_in_seconds_switches_phase_by_time(tmp_path):
+    out = tmp_path / "timed"
+    text = GOOD.replace("OUT", str(out)).replace("budget: {episodes: 100}", "budget: {seconds: 4}")
+    s = run_safety(load_campaign(write(tmp_path, text)), progress=False)
+    timeline = pd.read_parquet(out / "timeline.parquet")
+    assert s["wall_seconds"] >= 4 and s["episodes"] == len(pd.read_parquet(out / "episodes"))
+    assert set(timeline["phase"]) == {"sampling", "fuzzing"}
+    first_fuzz = timeline[timeline["phase"] == "fuzzing"]["wall_time"].min()
+    assert first_fuzz >= 1.0  # a quarter of the 4 s went to sampling
+
+
+@pytest.mark.ray
+def test_campaign_on_ray_workers_equals_in_process(tmp_path, ray_cluster):
+    text = GOOD.replace("fuzzer: random", "fuzzer: curefuzz")
+    local = load_campaign(write(tmp_path, text.replace("OUT", str(tmp_path / "local")), "l.yaml"))
+    on_ray = load_campaign(write(tmp_path, text.replace("OUT", str(tmp_path / "ray")).replace("workers: 0", "workers: 2"),
+                                 "r.yaml"))
+    a, b = run_safety(local, progress=False), run_safety(on_ray, progress=False)
+    assert a["failures"] == b["failures"] and a["episodes"] == b["episodes"] == 100
+    ea = pd.read_parquet(tmp_path / "local" / "episodes").sort_values(["iteration", "episode_id"])
+    eb = pd.read_parquet(tmp_path / "ray" / "episodes").sort_values(["iteration", "episode_id"])
+    np.testing.assert_array_equal(np.stack(ea["initial_state"]), np.stack(eb["initial_state"]))
+    np.testing.assert_array_equal(ea["return"].to_numpy(), eb["return"].to_numpy())
