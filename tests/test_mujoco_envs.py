@@ -24,6 +24,7 @@ import pytest
 
 from envs import InvalidStateError, ScenarioError, get_scenario
 from envs.mujoco_envs import WIND_CHUNK, HopperNoise, MujocoSim, _WindStreams, wind_normals
+from tests.test_conformance import replay_reference as _replay_reference
 
 NAMES = ("Hopper-v5", "Walker2d-v5", "Hopper-Noise")
 N_STATES = 200
@@ -61,18 +62,9 @@ def run_batched(scenario, states, seeds, action_fn, batch_size=None, **sim_kwarg
 
 
 def replay_reference(scenario, env, state, seed, actions):
-    obs = [scenario.reference_reset_to(env, state, seed=seed)]
-    rewards, term, trunc = [], [], []
-    for t, a in enumerate(actions):
-        o, r, te, tr, _ = env.step(a)
-        tr = bool(tr) or (t + 1 >= scenario.max_steps and not te)
-        obs.append(np.asarray(o))
-        rewards.append(float(r))
-        term.append(bool(te))
-        trunc.append(tr)
-        if te or tr:
-            break
-    return dict(obs=np.asarray(obs), rewards=np.asarray(rewards), term=term, trunc=trunc)
+    """The shared conformance replay, with numpy arrays back."""
+    r = _replay_reference(scenario, env, state, seed, actions)
+    return dict(obs=np.asarray(r["obs"]), rewards=np.asarray(r["rewards"]), term=r["term"], trunc=r["trunc"])
 
 
 def assert_same_episode(name, i, b, ref):
