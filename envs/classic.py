@@ -17,6 +17,12 @@ import numpy as np
 from envs.base import ActionSpec, BatchSimulator, Scenario, ScenarioError, StepBatch
 
 
+def _set_state(env, state, seed) -> None:
+    """Reset a classic-control reference env, then overwrite its simulator state."""
+    env.reset(seed=int(seed))
+    env.unwrapped.state = np.asarray(state, dtype=np.float64).copy()
+
+
 def _check_discrete(actions: np.ndarray, live: np.ndarray, n: int, name: str) -> np.ndarray:
     a = np.asarray(actions).reshape(-1)
     al = a[live]
@@ -109,9 +115,8 @@ class CartPole(Scenario):
         return _CartPoleSim(self, batch_size)
 
     def reference_reset_to(self, env, state, seed=0):
-        env.reset(seed=int(seed))
-        env.unwrapped.state = np.asarray(state, dtype=np.float64).copy()
-        return np.array(env.unwrapped.state, dtype=np.float32)
+        _set_state(env, state, seed)
+        return np.array(env.unwrapped.state, dtype=np.float32)  # the observation is the state
 
     def is_failure(self, returns, lengths, terminated):
         return np.asarray(terminated, dtype=bool) & (np.asarray(lengths) < self.max_steps)
@@ -184,9 +189,8 @@ class MountainCar(Scenario):
         return _MountainCarSim(self, batch_size)
 
     def reference_reset_to(self, env, state, seed=0):
-        env.reset(seed=int(seed))
-        env.unwrapped.state = np.asarray(state, dtype=np.float64).copy()
-        return np.array(env.unwrapped.state, dtype=np.float32)
+        _set_state(env, state, seed)
+        return np.array(env.unwrapped.state, dtype=np.float32)  # the observation is the state
 
     def is_failure(self, returns, lengths, terminated):
         return ~np.asarray(terminated, dtype=bool)
@@ -328,8 +332,7 @@ class Acrobot(Scenario):
         return _AcrobotSim(self, batch_size)
 
     def reference_reset_to(self, env, state, seed=0):
-        env.reset(seed=int(seed))
-        env.unwrapped.state = np.asarray(state, dtype=np.float64).copy()
+        _set_state(env, state, seed)
         return env.unwrapped._get_ob()
 
     def is_failure(self, returns, lengths, terminated):

@@ -125,15 +125,12 @@ def cmd_rollout(args) -> int:
     results = []
     bar = tqdm(total=n, unit="ep", desc=f"{scenario.name}", disable=args.quiet or None, file=sys.stderr)
     hashes = {"aut": getattr(policy, "sha256", "") or ""}
+    pool = None
     if args.workers == 0:
         worker = RolloutWorker(scenario.name, policy_uris, batch_size=args.batch_size)
         chunk = args.batch_size
-        for lo in range(0, n, chunk):
-            res = worker.run(states[lo:lo + chunk], seed=args.seed, max_steps=args.max_steps, state_offset=lo)
-            store.write(res, phase="rollout", iteration=lo // chunk, wall_time=time.perf_counter() - t0,
-                        policy_sha256=hashes)
-            results.append(res)
-            bar.update(res.n_episodes)
+        chunks = (worker.run(states[lo:lo + chunk], seed=args.seed, max_steps=args.max_steps, state_offset=lo)
+                  for lo in range(0, n, chunk))
     else:
         from orchestrator.driver import RolloutPool, start_ray
 
@@ -144,13 +141,14 @@ def cmd_rollout(args) -> int:
         t0 = time.perf_counter()  # episodes/s counts the rollouts, not Ray's start-up
         # several tasks per actor, each big enough to dwarf Ray's per-task overhead (~1.5 ms)
         chunk = max(1, min(4 * args.batch_size, -(-n // (args.workers * 4))))
-        try:
-            for i, (lo, res) in enumerate(pool.map(states, seed=args.seed, max_steps=args.max_steps, chunk=chunk)):
-                store.write(res, phase="rollout", iteration=i, wall_time=time.perf_counter() - t0,
-                            policy_sha256=hashes)
-                results.append(res)
-                bar.update(res.n_episodes)
-        finally:
+        chunks = (res for _, res in pool.map(states, seed=args.seed, max_steps=args.max_steps, chunk=chunk))
+    try:
+        for i, res in enumerate(chunks):
+            store.write(res, phase="rollout", iteration=i, wall_time=time.perf_counter() - t0, policy_sha256=hashes)
+            results.append(res)
+            bar.update(res.n_episodes)
+    finally:
+        if pool is not None:
             pool.shutdown()
     bar.close()
     wall = time.perf_counter() - t0

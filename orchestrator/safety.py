@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.store import atomic_write_bytes
+from orchestrator.store import atomic_write_bytes, atomic_write_table
 
 SAFETY_PHASES = ("sampling", "fuzzing")  # the store phases that make up dataset D
 
@@ -108,7 +108,7 @@ def run_safety(campaign, *, resume: bool = False, progress: bool = True) -> dict
 
     from envs import get_scenario
     from orchestrator import tracking
-    from orchestrator.fuzzers import make_fuzzer
+    from orchestrator.fuzzers import Feedback, make_fuzzer
     from orchestrator.store import RunStore, StoreError
     from workers.policies import load_policy
 
@@ -159,8 +159,6 @@ def run_safety(campaign, *, resume: bool = False, progress: bool = True) -> dict
             states = scenario.validate(proposal.states)
             gen_seed = campaign.seed * 1_000_003 + st.generation
             result = executor.run(states, seed=gen_seed)
-            from orchestrator.fuzzers import Feedback
-
             fuzzer.observe(proposal, Feedback.from_result(result))
             st.elapsed = time.perf_counter() - t_start
             store.write(result, phase=st.phase, fuzzer=spec.fuzzer, iteration=st.generation,
@@ -203,7 +201,6 @@ def summarize(run_dir: Path, scenario, st: SafetyState, campaign) -> dict:
     """Write ``summary.json`` and ``timeline.parquet`` (failures over time) whole."""
     import pandas as pd
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     distinct = scenario.count_distinct(np.asarray(st.failure_states)) if st.failure_states else 0
     summary = {
@@ -222,8 +219,6 @@ def summarize(run_dir: Path, scenario, st: SafetyState, campaign) -> dict:
         "failure_rate": st.failures / st.episodes if st.episodes else float("nan"),
     }
     atomic_write_bytes(run_dir / "summary.json", json.dumps(summary, indent=2).encode())
-    table = pa.Table.from_pandas(pd.DataFrame(st.timeline), preserve_index=False)
-    tmp = run_dir / f".timeline.parquet.tmp-{os.getpid()}"
-    pq.write_table(table, tmp)
-    os.replace(tmp, run_dir / "timeline.parquet")
+    atomic_write_table(run_dir / "timeline.parquet",
+                       pa.Table.from_pandas(pd.DataFrame(st.timeline), preserve_index=False))
     return summary

@@ -140,7 +140,8 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
-def _atomic_write_table(path: Path, table: pa.Table) -> None:
+def atomic_write_table(path: Path, table: pa.Table) -> None:
+    """Write ``table`` as one Parquet file, whole (temporary name, fsync, rename)."""
     # zstd; dictionaries only for the string columns; BYTE_STREAM_SPLIT (a standard Parquet
     # encoding that pyarrow, pandas and DuckDB read) for float columns: smaller, ~2x faster.
     strings = [f.name for f in table.schema if pa.types.is_string(f.type)]
@@ -734,8 +735,8 @@ class RunStore:
         )
 
         # steps first: a crash in between leaves steps without episode rows, never the reverse
-        _atomic_write_table(self.steps_dir / name, steps)
-        _atomic_write_table(self.episodes_dir / name, episodes)
+        atomic_write_table(self.steps_dir / name, steps)
+        atomic_write_table(self.episodes_dir / name, episodes)
         self._seq += 1
         self._next_local += E
         return ids

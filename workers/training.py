@@ -299,7 +299,6 @@ def _train_loop_per_worker(config: dict) -> None:
     """The Ray Train function: the same loop, reporting to Ray Train and MLflow."""
     import ray.train
 
-    quiet_d3rlpy()
     cfg = AutTrainConfig(**config["cfg"])
     if cfg.device is None:
         cfg.device = "cuda:0" if config.get("use_gpu") else "cpu:0"
