@@ -12,6 +12,11 @@
       budget: {episodes: 2000}     # or {seconds: 600}
       sampling_fraction: 0.25      # share of the budget that builds the initial corpus
       generation_size: 64          # proposals per generation (1 = the serial algorithm)
+    challenger:                    # optional: offline RL on the safety phase's record D
+      algos: [bcq]                 # any of bc, bcq, cql
+      preset: null                 # null = the scenario's preset in experiments/challengers/
+      steps: null                  # gradient steps (null = the preset's)
+      eval_episodes: 100           # Table 1 evaluation of challenger and AUT
 
 Validation happens before any Ray work: an unknown key, a wrong type, an unknown fuzzer or
 scenario, a negative budget each give one :class:`CampaignError` naming the field and what is
@@ -46,6 +51,14 @@ class SafetySpec:
 
 
 @dataclass
+class ChallengerSpec:
+    algos: list = field(default_factory=lambda: ["bcq"])
+    preset: str | None = None
+    steps: int | None = None
+    eval_episodes: int = 100
+
+
+@dataclass
 class Campaign:
     scenario: str
     aut: str
@@ -57,12 +70,14 @@ class Campaign:
     scenario_overrides: dict = field(default_factory=dict)
     mlflow: bool = True
     safety: SafetySpec = field(default_factory=SafetySpec)
+    challenger: ChallengerSpec | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
 
-_TYPES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a mapping"}
+_TYPES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a mapping",
+          list: "a list"}
 
 
 def _build(cls, data: Any, where: str):
@@ -77,8 +92,8 @@ def _build(cls, data: Any, where: str):
     hints = {f.name: f.type for f in dataclasses.fields(cls)}
     for name, value in data.items():
         path = f"{where}.{name}" if where else name
-        sub = {"budget": Budget, "safety": SafetySpec}.get(name)
-        if sub is not None:
+        sub = {"budget": Budget, "safety": SafetySpec, "challenger": ChallengerSpec}.get(name)
+        if sub is not None and value is not None:
             kwargs[name] = _build(sub, value, path)
             continue
         kwargs[name] = _check_type(value, str(hints[name]), path)
@@ -95,7 +110,7 @@ def _check_type(value, hint: str, path: str):
         if optional:
             return None
         raise CampaignError(f"{path} must be set (got null)")
-    for py, label in ((bool, "bool"), (int, "int"), (float, "float"), (str, "str"), (dict, "dict")):
+    for py, label in ((bool, "bool"), (int, "int"), (float, "float"), (str, "str"), (dict, "dict"), (list, "list")):
         if hint.startswith(label) or hint.startswith(f"{label} |"):
             ok = isinstance(value, py) and not (py in (int, float) and isinstance(value, bool))
             if py is float and isinstance(value, int) and not isinstance(value, bool):
@@ -164,3 +179,21 @@ def validate_campaign(c: Campaign) -> None:
         raise CampaignError(f"workers must be >= 0 (0 runs in this process), got {c.workers}")
     if c.batch_size < 1:
         raise CampaignError(f"batch_size must be >= 1, got {c.batch_size}")
+    if c.challenger is not None:
+        from workers.challenger import ALGOS, challenger_config
+        from workers.training import TrainingError
+
+        ch = c.challenger
+        if not ch.algos:
+            raise CampaignError(f"challenger.algos: list at least one of {', '.join(ALGOS)}")
+        for algo in ch.algos:
+            if algo not in ALGOS:
+                raise CampaignError(f"challenger.algos: unknown algorithm {algo!r}; allowed: {', '.join(ALGOS)}")
+            try:  # the preset exists, covers the scenario and its settings are valid d3rlpy settings
+                challenger_config(c.scenario, algo, ch.preset, steps=ch.steps).validate()
+            except TrainingError as exc:
+                raise CampaignError(f"challenger: {exc}") from exc
+        if ch.steps is not None and ch.steps < 1:
+            raise CampaignError(f"challenger.steps must be >= 1, got {ch.steps}")
+        if ch.eval_episodes < 1:
+            raise CampaignError(f"challenger.eval_episodes must be >= 1, got {ch.eval_episodes}")

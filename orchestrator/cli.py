@@ -183,36 +183,9 @@ def cmd_rollout(args) -> int:
     return 0
 
 
-def evaluate_policy(scenario, uri: str, episodes: int, seed: int, device: str | None = None) -> dict:
-    """Table 1's columns for a policy: mean return ± 95% CI margin, success rate with its
-    Wilson interval (success = the safety oracle does not fire), over ``episodes`` starts
-    sampled from the reset distribution with ``seed`` (the batched engine, in this process)."""
-    from orchestrator.stats import mean_ci, wilson_interval
-    from workers.policies import load_policy
-    from workers.rollout import rollout
-
-    policy = load_policy(uri, scenario, device=device)
-    states = scenario.sample(np.random.default_rng(seed), episodes)
-    res = rollout(scenario, policy, states, seed=seed)
-    mean, margin = mean_ci(res.returns)
-    successes = int(episodes - res.failure.sum())
-    lo, hi = wilson_interval(successes, episodes)
-    return {
-        "scenario": scenario.name,
-        "policy": uri,
-        "policy_sha256": getattr(policy, "sha256", ""),
-        "episodes": episodes,
-        "seed": seed,
-        "mean_return": mean,
-        "ci95_margin": margin,
-        "success_rate": successes / episodes,
-        "success_wilson95": [lo, hi],
-        "mean_length": float(res.lengths.mean()),
-    }
-
-
 def cmd_evaluate(args) -> int:
     from envs import get_scenario
+    from orchestrator.evaluation import evaluate_policy
 
     if args.episodes < 1:
         raise UsageError(f"--episodes must be >= 1, got {args.episodes}")
@@ -297,6 +270,44 @@ def cmd_run(args) -> int:
           f"  failures over time {out / 'timeline.parquet'}\n"
           f"  summary            {out / 'summary.json'}\n"
           + (f"  MLflow             mlflow ui --backend-store-uri sqlite:///{out.resolve() / 'mlflow.db'}" if campaign.mlflow else ""))
+    if campaign.challenger is not None:
+        from orchestrator.challenger import challenger_dir, run_challenger_phase
+
+        for card in run_challenger_phase(campaign, resume=bool(args.resume), progress=not args.quiet):
+            _print_challenger(card, challenger_dir(out, card["config"]["algo"]))
+    return 0
+
+
+def _print_challenger(card: dict, out: Path) -> None:
+    ev = card["evaluation"]
+    lines = [f"{card['algorithm']} challenger on {card['scenario']}: {card['steps']} gradient steps on "
+             f"{card['dataset']['transitions']} transitions ({card['dataset']['episodes']} AUT episodes), "
+             f"{card['training_wall_seconds']:.0f} s of training",
+             f"  challenger   {ev['mean_return']:.1f} ± {ev['ci95_margin']:.1f}, success "
+             f"{100 * ev['success_rate']:.0f}% [{100 * ev['success_wilson95'][0]:.1f}, {100 * ev['success_wilson95'][1]:.1f}]"]
+    if card.get("aut"):
+        a = card["aut"]["evaluation"]
+        t = card["aut"].get("training_wall_seconds")
+        lines.append(f"  AUT          {a['mean_return']:.1f} ± {a['ci95_margin']:.1f}, success "
+                     f"{100 * a['success_rate']:.0f}% [{100 * a['success_wilson95'][0]:.1f}, {100 * a['success_wilson95'][1]:.1f}]"
+                     + (f", trained in {t:.0f} s" if t else ""))
+        r = card["return_vs_aut"]["ratio"]
+        if r is not None:
+            lines.append(f"  ratio        {100 * r:.1f}% of the AUT's mean return ({ev['episodes']} episodes, same starts)")
+    lines += [f"  model        {out / 'model.d3'}", f"  card         {out / 'card.json'}"]
+    print("\n".join(lines))
+
+
+def cmd_train_challenger(args) -> int:
+    from orchestrator.challenger import challenger_dir, train_run_challenger
+
+    if args.eval_episodes < 1:
+        raise UsageError(f"--eval-episodes must be >= 1, got {args.eval_episodes}")
+    out = Path(args.out) if args.out else challenger_dir(args.data, args.algo)
+    card = train_run_challenger(args.data, args.algo, preset=args.preset, steps=args.steps, seed=args.seed,
+                                out=out, resume=args.resume, eval_episodes=args.eval_episodes,
+                                progress=not args.quiet)
+    _print_challenger(card, out)
     return 0
 
 
@@ -321,6 +332,8 @@ def write_model_card(out: Path, cfg, state: dict, *, eval_episodes: int = 100, w
     from envs import get_scenario
 
     algo = d3rlpy.load_learnable(str(out / "model.d3"), device="cpu:0")
+    from orchestrator.evaluation import evaluate_policy
+
     algo.save_policy(str(out / "policy.pt"))
     scenario = get_scenario(cfg.scenario)
     ev = evaluate_policy(scenario, str(out / "policy.pt"), eval_episodes, seed=2024, device="cpu")
@@ -438,10 +451,36 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train_aut)
 
     p = sub.add_parser(
+        "train-challenger",
+        help="train a challenger (BC, BCQ or CQL, offline) on a safety run's record D",
+        description="Train a challenger agent with offline RL (d3rlpy; discrete variants for discrete "
+        "scenarios) on dataset D of a safety run: every AUT step of its sampling and fuzzing phases. "
+        "Runs as a Ray Train job like train-aut (checkpoints every epoch, --resume, MLflow in the run "
+        "folder). Settings come from the scenario's preset in experiments/challengers/ (Scope-RL for "
+        "classic control, D4RL for MuJoCo) or --preset. The end evaluates the challenger and the AUT "
+        "from the same 100 starts and writes OUT/card.json beside OUT/model.d3.",
+        epilog="Example:\n  deltarl run experiments/campaigns/cartpole-curefuzz.yaml --out runs/cp\n"
+        "  deltarl train-challenger --data runs/cp --algo bcq",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--data", required=True, metavar="RUN_DIR", help="the safety run folder holding D")
+    p.add_argument("--algo", required=True, choices=["bc", "bcq", "cql"])
+    p.add_argument("--preset", default=None,
+                   help="preset name (classic-control, mujoco) or YAML file (default: the one covering the scenario)")
+    p.add_argument("--steps", type=int, default=None, help="gradient steps (default: the preset's)")
+    p.add_argument("--seed", type=int, default=None, help="training seed (default: the campaign's)")
+    p.add_argument("--out", default=None, help="challenger folder (default RUN_DIR/challengers/ALGO)")
+    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the folder")
+    p.add_argument("--eval-episodes", type=int, default=100, help="episodes for the card (default 100)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_train_challenger)
+
+    p = sub.add_parser(
         "run",
-        help="run a safety-testing campaign from a YAML file",
+        help="run a campaign from a YAML file (safety testing, then the challenger)",
         description="Run a campaign: fuzz the AUT's initial states for failures (random, mdpfuzz, curefuzz "
-        "or gmt), recording every trajectory as Parquet (dataset D), failures over time and MLflow metrics. "
+        "or gmt), recording every trajectory as Parquet (dataset D), failures over time and MLflow metrics; "
+        "then, when the campaign has a challenger section, train the challengers on D. "
         "The corpus is snapshotted every generation; --resume RUN_DIR continues an interrupted run.",
         epilog="Examples: experiments/campaigns/*.yaml",
     )

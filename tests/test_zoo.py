@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli import evaluate_policy
+from orchestrator.evaluation import evaluate_policy
 from orchestrator.zoo import FILES, TARGETS, write_index
 
 ZOO = Path(__file__).resolve().parents[1] / "experiments" / "zoo"

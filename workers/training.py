@@ -91,13 +91,35 @@ class AutTrainConfig:
         return scenario
 
 
+def d3rlpy_config(config_cls, hyperparameters: dict, where: str):
+    """``config_cls`` (a d3rlpy ``*Config``) from plain data, checked: unknown settings and
+    unknown factory types raise :class:`TrainingError` naming ``where``. Factories (encoders,
+    Q-functions, optimizers, scalers) are written as d3rlpy serializes them, e.g.
+    ``encoder_factory: {type: vector, params: {hidden_units: [30, 30]}}``."""
+    base = config_cls().serialize_to_dict()
+    hp = dict(hyperparameters or {})
+    unknown = sorted(set(hp) - set(base))
+    if unknown:
+        raise TrainingError(f"{where}: unknown {config_cls.__name__} setting {unknown[0]!r}; "
+                            f"allowed: {', '.join(sorted(base))}")
+    for k, v in hp.items():
+        if isinstance(base[k], dict) and "type" in base[k]:  # a factory
+            if not (isinstance(v, dict) and "type" in v):
+                raise TrainingError(f"{where}: {k} must be written as {{type: ..., params: {{...}}}}, got {v!r}")
+            hp[k] = {"type": v["type"], "params": dict(v.get("params") or {})}
+    try:
+        return config_cls.deserialize_from_dict({**base, **hp})
+    except KeyError as exc:
+        raise TrainingError(f"{where}: unknown factory type {exc.args[0]!r} in {config_cls.__name__}") from exc
+    except (TypeError, ValueError) as exc:
+        raise TrainingError(f"{where}: {config_cls.__name__} rejects these settings: {exc}") from exc
+
+
 def make_algo(cfg: AutTrainConfig, device: str):
     import d3rlpy
 
-    hp = dict(cfg.hyperparameters)
-    if cfg.algo == "ddqn":
-        return d3rlpy.algos.DoubleDQNConfig(**hp).create(device=device)
-    return d3rlpy.algos.SACConfig(**hp).create(device=device)
+    cls = d3rlpy.algos.DoubleDQNConfig if cfg.algo == "ddqn" else d3rlpy.algos.SACConfig
+    return d3rlpy_config(cls, cfg.hyperparameters, f"{cfg.scenario}-{cfg.algo} hyperparameters").create(device=device)
 
 
 class _AlgoPolicy:
@@ -133,8 +155,9 @@ def _write_checkpoint(out_dir: Path, epoch: int, algo, buffer, state: dict, keep
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     algo.save(str(tmp / "model.d3"))
-    with open(tmp / "buffer.h5", "w+b") as f:  # h5py reads back while writing
-        buffer.dump(f)
+    if buffer is not None:  # offline training checkpoints carry no buffer (the dataset is the run's)
+        with open(tmp / "buffer.h5", "w+b") as f:  # h5py reads back while writing
+            buffer.dump(f)
     (tmp / "state.json").write_text(json.dumps(state, indent=2))
     if final.exists():
         shutil.rmtree(final)
@@ -326,26 +349,34 @@ def train_aut_job(
 
     ``tracking`` = ``{"tracking_uri": ..., "run_id": ...}`` logs every epoch to that MLflow run.
     """
+    cfg.validate()
+    out = Path(out_dir).resolve()
+    run_train_job(_train_loop_per_worker, {"cfg": asdict(cfg), "out_dir": str(out), "resume": resume,
+                                           "tracking": tracking, "progress": progress},
+                  out, name=f"aut-{cfg.scenario}-{cfg.algo}", use_gpu=use_gpu)
+    return json.loads((out / "training.json").read_text())
+
+
+def run_train_job(loop_fn, loop_config: dict, out_dir: Path, *, name: str, use_gpu: bool | None = None) -> None:
+    """Run ``loop_fn(loop_config)`` as a Ray Train job: in-process (``num_workers=0``) on a CPU
+    machine, one GPU worker when the cluster has GPUs (``loop_config["use_gpu"]`` tells it which).
+    AUT and challenger training share this path."""
     import uuid
 
     import ray
     import ray.train
     from ray.train.torch import TorchTrainer
 
-    cfg.validate()
     if use_gpu is None:
         use_gpu = ray.is_initialized() and ray.cluster_resources().get("GPU", 0) > 0
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     trainer = TorchTrainer(
-        _train_loop_per_worker,
-        train_loop_config={"cfg": asdict(cfg), "out_dir": str(out), "resume": resume, "use_gpu": use_gpu,
-                           "tracking": tracking, "progress": progress},
+        loop_fn,
+        train_loop_config={**loop_config, "use_gpu": bool(use_gpu)},
         scaling_config=ray.train.ScalingConfig(num_workers=1 if use_gpu else 0, use_gpu=bool(use_gpu)),
         # a fresh name per call: Ray Train auto-resumes a reused (storage_path, name); our own
         # checkpoints under out_dir/checkpoints carry the resume state instead
-        run_config=ray.train.RunConfig(name=f"aut-{cfg.scenario}-{cfg.algo}-{uuid.uuid4().hex[:8]}",
-                                       storage_path=str(out / "ray_train")),
+        run_config=ray.train.RunConfig(name=f"{name}-{uuid.uuid4().hex[:8]}", storage_path=str(out / "ray_train")),
     )
     trainer.fit()
-    return json.loads((out / "training.json").read_text())

@@ -1,0 +1,183 @@
+"""The challenger phase: train BC/BCQ/CQL on a safety run's record D and card the result.
+
+    card = train_run_challenger("runs/cartpole-curefuzz", "bcq")   # -> runs/…/challengers/bcq/
+
+D is every AUT step of the run's safety phases (``sampling`` and ``fuzzing``, paper Sec. 5).
+Training goes through the Ray Train path of AUT training (``workers.challenger``), logged to the
+run's MLflow (experiment ``challenger-training``). The challenger folder then holds
+``model.d3`` (d3rlpy; ``deltarl evaluate --policy …/model.d3`` loads it), ``policy.pt``
+(TorchScript, where d3rlpy can trace the algorithm's action selection), ``training.json``
+(per-epoch metrics) and ``card.json``: Table 1's columns for the challenger and for the AUT
+evaluated from the same 100 starts, and the training times of both (Fig. 4).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from orchestrator.safety import SAFETY_PHASES
+
+EVAL_SEED = 2024  # the zoo cards' evaluation seed: challenger and AUT start from the same states
+
+
+def challenger_dir(run_dir: str | Path, algo: str) -> Path:
+    return Path(run_dir) / "challengers" / algo
+
+
+def _campaign_of(run_dir: Path) -> dict:
+    p = run_dir / "campaign.json"
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+
+def _aut_training_seconds(aut_uri: str | None) -> float | None:
+    """The AUT's training wall time when its card says (zoo agents and train-aut outputs)."""
+    if not aut_uri:
+        return None
+    from workers.policies import PolicyError, resolve_zoo_uri
+
+    try:
+        path = resolve_zoo_uri(aut_uri) if aut_uri.startswith("zoo:") else Path(aut_uri)
+    except PolicyError:
+        return None
+    card = Path(path).parent / "card.json"
+    if card.is_file():
+        return json.loads(card.read_text()).get("training_wall_seconds")
+    return None
+
+
+def train_run_challenger(
+    run_dir: str | Path,
+    algo: str,
+    *,
+    preset: str | None = None,
+    steps: int | None = None,
+    seed: int | None = None,
+    out: str | Path | None = None,
+    resume: bool = False,
+    eval_episodes: int = 100,
+    phases=SAFETY_PHASES,
+    mlflow: bool = True,
+    progress: bool = True,
+) -> dict:
+    """Train the ``algo`` challenger on D of the run in ``run_dir``; returns its card."""
+    import dataclasses
+
+    from envs import get_scenario
+    from orchestrator import tracking
+    from orchestrator.driver import start_ray
+    from orchestrator.store import RunStore, StoreError
+    from workers.challenger import challenger_config, train_challenger_job
+    from workers.training import TrainingError, latest_checkpoint
+
+    run_dir = Path(run_dir)
+    store = RunStore.open(run_dir)
+    campaign = _campaign_of(run_dir)
+    scenario = get_scenario(store.meta["scenario"], **campaign.get("scenario_overrides", {}))
+    eps = store.read_episodes(phase=list(phases), role="aut")
+    if len(eps) == 0:
+        raise StoreError(f"run {store.run_id!r} in {run_dir} has no AUT episodes in phases {list(phases)}: "
+                         f"run the safety phase first (deltarl run CAMPAIGN.yaml)")
+    cfg = challenger_config(scenario.name, algo, preset, steps=steps,
+                            seed=seed if seed is not None else campaign.get("seed"))
+    out = Path(out) if out else challenger_dir(run_dir, algo)
+    if resume and latest_checkpoint(out) is None:
+        raise TrainingError(f"--resume: {out} holds no challenger checkpoint to resume from")
+    if not resume and latest_checkpoint(out) is not None:
+        raise TrainingError(f"{out} already holds a {algo} challenger; add --resume to continue it or choose another --out")
+
+    start_ray()
+    run = None
+    if mlflow:
+        run = tracking.start_run(run_dir, "challenger-training", f"{scenario.name}-{algo}-s{cfg.seed}",
+                                 params={"config": dataclasses.asdict(cfg), "dataset": {"run_id": store.run_id,
+                                                                             "phases": list(phases),
+                                                                             "episodes": len(eps)}},
+                                 tags={"deltarl.kind": "challenger-training", "scenario": scenario.name,
+                                       "algo": algo})
+    t0 = time.perf_counter()
+    try:
+        state = train_challenger_job(cfg, run_dir, out, phases=phases, resume=resume, tracking=run, progress=progress)
+        card = write_challenger_card(out, cfg, state, scenario, aut_uri=campaign.get("aut"),
+                                     eval_episodes=eval_episodes, dataset={
+                                         "run_dir": str(run_dir), "run_id": store.run_id, "phases": list(phases),
+                                         "episodes": state["episodes"], "transitions": state["transitions"]},
+                                     wall=time.perf_counter() - t0)
+    except BaseException:
+        if run:
+            tracking.end_run(run, "FAILED")
+        raise
+    if run:
+        ev = card["evaluation"]
+        tracking.log_metrics(run, {"final_mean_return": ev["mean_return"], "final_success_rate": ev["success_rate"],
+                                   "training_wall_seconds": card["training_wall_seconds"]}, step=state["step"])
+        tracking.log_artifact(run, out / "card.json")
+        tracking.end_run(run)
+    return card
+
+
+def write_challenger_card(out: Path, cfg, state: dict, scenario, *, aut_uri: str | None, eval_episodes: int,
+                          dataset: dict, wall: float = 0.0) -> dict:
+    """Export TorchScript, evaluate the challenger (and the AUT from the same starts), write
+    ``card.json`` whole."""
+    import dataclasses
+    import hashlib
+
+    import d3rlpy
+
+    from orchestrator.evaluation import evaluate_policy
+    from orchestrator.store import atomic_write_bytes
+
+    algo = d3rlpy.load_learnable(str(out / "model.d3"), device="cpu:0")
+    files = ["model.d3"]
+    try:
+        algo.save_policy(str(out / "policy.pt"))
+        files.append("policy.pt")
+        torchscript = "policy.pt"
+    except Exception as exc:  # noqa: BLE001 - d3rlpy cannot trace every algorithm's action selection
+        torchscript = f"not exported: {type(exc).__name__}: {str(exc)[:200]}"
+    ev = evaluate_policy(scenario, str(out / "model.d3"), eval_episodes, seed=EVAL_SEED, device="cpu")
+    aut = None
+    if aut_uri:
+        aut_ev = evaluate_policy(scenario, aut_uri, eval_episodes, seed=EVAL_SEED, device="cpu")
+        aut = {"policy": aut_uri, "evaluation": aut_ev, "training_wall_seconds": _aut_training_seconds(aut_uri)}
+    card = {
+        "challenger": f"{scenario.name}-{cfg.algo}",
+        "scenario": scenario.name,
+        "algorithm": type(algo).__name__ + f" (d3rlpy {d3rlpy.__version__})",
+        "config": dataclasses.asdict(cfg),
+        "dataset": dataset,
+        "steps": state["step"],
+        "seed": cfg.seed,
+        "training_wall_seconds": state["wall_seconds"],
+        "wall_seconds_incl_eval": wall,
+        "evaluation": ev,
+        "aut": aut,
+        "torchscript": torchscript,
+        "files": {f: hashlib.sha256((out / f).read_bytes()).hexdigest() for f in files},
+    }
+    if aut:
+        a, c = aut["evaluation"]["mean_return"], ev["mean_return"]
+        card["return_vs_aut"] = {"difference": c - a, "ratio": c / a if a > 0 else None}
+    atomic_write_bytes(out / "card.json", json.dumps(card, indent=2, default=float).encode())
+    return card
+
+
+def run_challenger_phase(campaign, *, resume: bool = False, progress: bool = True) -> list[dict]:
+    """The campaign's ``challenger`` phase: one challenger per listed algorithm on the run's D.
+    Finished challengers (a ``card.json``) are kept on resume; interrupted ones continue."""
+    from workers.training import latest_checkpoint
+
+    spec = campaign.challenger
+    cards = []
+    for algo in spec.algos:
+        out = challenger_dir(campaign.output, algo)
+        if resume and (out / "card.json").is_file():
+            cards.append(json.loads((out / "card.json").read_text()))
+            continue
+        cards.append(train_run_challenger(
+            campaign.output, algo, preset=spec.preset, steps=spec.steps, seed=campaign.seed,
+            resume=resume and latest_checkpoint(out) is not None, eval_episodes=spec.eval_episodes,
+            mlflow=campaign.mlflow, progress=progress))
+    return cards

@@ -1,0 +1,211 @@
+"""Challengers (Delta phase 2): presets, offline training on D of a safety run, the Ray Train
+path with MLflow and resume, the card, the campaign phase and the errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from envs import SCENARIOS, get_scenario
+from orchestrator.store import RunStore, StoreError
+from workers.challenger import ALGOS, ChallengerConfig, challenger_config, list_presets, train_challenger
+from workers.policies import load_policy
+from workers.rollout import rollout
+from workers.training import TrainingError, latest_checkpoint
+
+BALANCER = "python:workers.examples:cartpole_balancer"
+
+
+def safety_run(tmp_path, scenario="CartPole-v1", aut=BALANCER, episodes=48, name="safety", extra=""):
+    """A small real safety run (in this process) whose record D the challengers learn from."""
+    from orchestrator.campaign import load_campaign
+    from orchestrator.safety import run_safety
+
+    out = tmp_path / name
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(f"""
+scenario: {scenario}
+aut: "{aut}"
+workers: 0
+output: {out}
+mlflow: false
+safety:
+  fuzzer: random
+  budget: {{episodes: {episodes}}}
+  generation_size: 16
+{extra}""")
+    run_safety(load_campaign(p), progress=False)
+    return out
+
+
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory):
+    return safety_run(tmp_path_factory.mktemp("cp"))
+
+
+@pytest.fixture(scope="module")
+def hopper_run(tmp_path_factory):
+    return safety_run(tmp_path_factory.mktemp("hop"), scenario="Hopper-v5", aut="random:0", episodes=16)
+
+
+def test_every_scenario_has_valid_presets_for_every_algorithm():
+    covered = {s for scens in list_presets().values() for s in scens}
+    assert covered == set(SCENARIOS)
+    for s in SCENARIOS:
+        for algo in ALGOS:
+            cfg = challenger_config(s, algo)
+            cfg.validate()  # builds the d3rlpy config: every preset value is a real setting
+            assert cfg.preset.endswith(".yaml") and cfg.steps >= 1
+    # the Scope-RL values reach d3rlpy
+    import d3rlpy
+
+    cfg = challenger_config("CartPole-v1", "bcq")
+    from workers.training import d3rlpy_config
+
+    c = d3rlpy_config(d3rlpy.algos.DiscreteBCQConfig, cfg.hyperparameters, "t")
+    assert (c.batch_size, c.learning_rate, c.target_update_interval, c.beta) == (32, 1e-3, 1000, 0.1)
+    assert c.encoder_factory.hidden_units == [30, 30]
+    assert challenger_config("CartPole-v1", "bcq", steps=77).steps == 77
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_each_algorithm_trains_on_discrete_D_and_acts_in_the_engine(cartpole_run, tmp_path, algo):
+    store = RunStore.open(cartpole_run)
+    data = store.to_mdp_dataset(phase=["sampling", "fuzzing"])
+    cfg = challenger_config("CartPole-v1", algo, steps=60, steps_per_epoch=30, eval_episodes=2, device="cpu:0")
+    state = train_challenger(cfg, data, tmp_path / algo)
+    assert state["step"] == 60 and state["epoch"] == 2 and state["grad_steps"] == 60
+    assert state["transitions"] == data.transition_count and state["episodes"] == 48
+    assert all(np.isfinite(v) for m in state["history"] for k, v in m.items() if "loss" in k)
+    scenario = get_scenario("CartPole-v1")
+    policy = load_policy(str(tmp_path / algo / "model.d3"), scenario)
+    res = rollout(scenario, policy, scenario.sample(np.random.default_rng(0), 8), seed=0)
+    assert res.lengths.min() >= 1 and set(np.unique(res.actions)) <= {0, 1}
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_each_algorithm_trains_on_continuous_D(hopper_run, tmp_path, algo):
+    data = RunStore.open(hopper_run).to_mdp_dataset(phase=["sampling", "fuzzing"])
+    cfg = challenger_config("Hopper-v5", algo, steps=4, steps_per_epoch=2, eval_episodes=0, device="cpu:0")
+    cfg.hyperparameters["batch_size"] = 16
+    state = train_challenger(cfg, data, tmp_path / algo)
+    assert state["step"] == 4 and "eval_return" not in state["history"][-1]
+    scenario = get_scenario("Hopper-v5")
+    policy = load_policy(str(tmp_path / algo / "model.d3"), scenario)
+    res = rollout(scenario, policy, scenario.sample(np.random.default_rng(0), 2), seed=0, max_steps=20)
+    assert res.actions.shape[1] == 3 and np.all(np.abs(res.actions) <= 1.0)
+
+
+def test_ray_train_job_card_mlflow_and_resume(cartpole_run, tmp_path, ray_cluster):
+    import mlflow
+
+    from orchestrator.challenger import train_run_challenger
+    from orchestrator.evaluation import evaluate_policy
+
+    out = tmp_path / "bcq"
+    # the safety run's campaign names the AUT: the card evaluates both from the same starts
+    card = train_run_challenger(cartpole_run, "bcq", steps=40, out=out, eval_episodes=5, progress=False)
+    assert card["steps"] == 40 and card["dataset"]["episodes"] == 48
+    assert card["dataset"]["phases"] == ["sampling", "fuzzing"]
+    assert card["aut"]["policy"] == BALANCER
+    assert card["return_vs_aut"]["difference"] == pytest.approx(
+        card["evaluation"]["mean_return"] - card["aut"]["evaluation"]["mean_return"])
+    again = evaluate_policy(get_scenario("CartPole-v1"), str(out / "model.d3"), 5, seed=2024)
+    assert again["mean_return"] == card["evaluation"]["mean_return"]
+    # TorchScript export acts like the d3rlpy model
+    assert card["torchscript"] == "policy.pt"
+    scenario = get_scenario("CartPole-v1")
+    obs = scenario.sample(np.random.default_rng(1), 32).astype(np.float32)
+    a = load_policy(str(out / "model.d3"), scenario).act(obs)
+    b = load_policy(str(out / "policy.pt"), scenario).act(obs)
+    assert np.array_equal(a, b)
+    # MLflow in the run folder: per-epoch metrics and the final ones
+    client = mlflow.MlflowClient(f"sqlite:///{Path(cartpole_run).resolve() / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("challenger-training")
+    runs = client.search_runs([exp.experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    assert runs[0].data.metrics["final_mean_return"] == card["evaluation"]["mean_return"]
+    assert len(client.get_metric_history(runs[0].info.run_id, "loss")) == 1  # 40 steps < one 1000-step epoch
+
+    # resume continues the counters from the last checkpoint
+    with pytest.raises(TrainingError, match="already holds a bcq challenger"):
+        train_run_challenger(cartpole_run, "bcq", steps=80, out=out, progress=False)
+    card2 = train_run_challenger(cartpole_run, "bcq", steps=80, out=out, resume=True, eval_episodes=5,
+                                 progress=False, mlflow=False)
+    state = json.loads((out / "training.json").read_text())
+    assert card2["steps"] == 80 and state["grad_steps"] == 80 and state["epoch"] == 2
+
+
+def test_campaign_challenger_phase_trains_from_the_runs_D(tmp_path, ray_cluster):
+    from orchestrator.cli import main
+
+    out = safety_run(tmp_path, episodes=32, name="camp",
+                     extra="challenger:\n  algos: [bc]\n  steps: 30\n  eval_episodes: 4\n")
+    # the safety phase already ran; `--resume` finishes the campaign with its challenger phase
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    card = json.loads((out / "challengers" / "bc" / "card.json").read_text())
+    assert card["steps"] == 30 and card["dataset"]["episodes"] == 32
+    mtime = (out / "challengers" / "bc" / "card.json").stat().st_mtime
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0  # a finished challenger is kept
+    assert (out / "challengers" / "bc" / "card.json").stat().st_mtime == mtime
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(algo="awac"), "unknown challenger algorithm 'awac'; choose one of bc, bcq, cql"),
+        (dict(preset="nope"), "challenger preset 'nope' not found"),
+        (dict(preset="mujoco"), "has no settings for CartPole-v1 (it covers Hopper-v5, Walker2d-v5, Hopper-Noise)"),
+    ],
+)
+def test_bad_challenger_settings(kwargs, message):
+    args = {"scenario": "CartPole-v1", "algo": "bcq", **kwargs}
+    with pytest.raises(TrainingError) as e:
+        challenger_config(args.pop("scenario"), args.pop("algo"), **args)
+    assert message in str(e.value)
+
+
+def test_bad_hyperparameters_and_data_are_named(cartpole_run, hopper_run, tmp_path):
+    cfg = ChallengerConfig("CartPole-v1", "bcq", hyperparameters={"learning_rat": 0.1})
+    with pytest.raises(TrainingError, match="unknown DiscreteBCQConfig setting 'learning_rat'"):
+        cfg.validate()
+    cfg = ChallengerConfig("CartPole-v1", "bcq", hyperparameters={"encoder_factory": {"type": "vectr"}})
+    with pytest.raises(TrainingError, match="unknown factory type 'vectr'"):
+        cfg.validate()
+    hop = RunStore.open(hopper_run).to_mdp_dataset(phase=["sampling", "fuzzing"])
+    with pytest.raises(TrainingError, match="dataset observations have 11 dimensions, CartPole-v1 has 4"):
+        train_challenger(challenger_config("CartPole-v1", "bc", steps=2), hop, tmp_path / "x")
+    with pytest.raises(StoreError, match="no AUT episodes in phases"):
+        from orchestrator.challenger import train_run_challenger
+
+        train_run_challenger(cartpole_run, "bc", phases=("optimality",), progress=False)
+
+
+def test_cli_train_challenger_bad_input_exits_2(tmp_path, capsys):
+    from orchestrator.cli import main
+
+    assert main(["train-challenger", "--data", str(tmp_path / "none"), "--algo", "bcq"]) == 2
+    assert "holds no run store" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+
+
+def test_campaign_challenger_section_is_validated(tmp_path):
+    from orchestrator.campaign import CampaignError, load_campaign
+
+    p = tmp_path / "c.yaml"
+    base = f"scenario: CartPole-v1\naut: {BALANCER}\noutput: {tmp_path / 'o'}\n"
+    p.write_text(base + "challenger:\n  algos: [bcq, td3]\n")
+    with pytest.raises(CampaignError, match="challenger.algos: unknown algorithm 'td3'"):
+        load_campaign(p)
+    p.write_text(base + "challenger:\n  algos: bcq\n")
+    with pytest.raises(CampaignError, match="challenger.algos must be a list"):
+        load_campaign(p)
+    p.write_text(base + "challenger:\n  algos: [cql]\n  preset: mujoco\n")
+    with pytest.raises(CampaignError, match="no settings for CartPole-v1"):
+        load_campaign(p)
+    p.write_text(base + "challenger: {algos: [bc, bcq]}\n")
+    c = load_campaign(p)
+    assert c.challenger.algos == ["bc", "bcq"] and c.challenger.eval_episodes == 100

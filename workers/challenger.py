@@ -1,0 +1,258 @@
+"""Challenger training (Delta phase 2): offline RL on the AUT's own test record D.
+
+    cfg = challenger_config("CartPole-v1", "bcq")             # the scenario's preset
+    data = RunStore.open("runs/cartpole-curefuzz").to_mdp_dataset(phase=SAFETY_PHASES)
+    train_challenger(cfg, data, "runs/cartpole-curefuzz/challengers/bcq")       # in this process
+    train_challenger_job(cfg, "runs/cartpole-curefuzz", "…/challengers/bcq")   # as a Ray Train job
+
+BC, BCQ and CQL (d3rlpy's discrete variants for discrete actions, the continuous ones for
+MuJoCo). The loop is d3rlpy's ``fit`` written out (scalers fitted on D, models built from D,
+then ``update`` on sampled transition batches) so that it checkpoints every epoch
+(``checkpoints/epoch-NNNNN/{model.d3,state.json}``, whole or absent), resumes, reports
+metrics to a callback (MLflow, Ray Train) and writes nothing into the working directory. The
+shipped model is the last one: an offline learner does not get to pick its epoch by playing
+the environment. The per-epoch engine evaluation (``eval_episodes``, 0 turns it off) is there
+to watch training, not to select.
+
+Presets are data: ``experiments/challengers/<family>.yaml`` lists, per scenario it covers, the
+settings of each algorithm and where each value comes from (Scope-RL for classic control,
+D4RL/d3rlpy reproductions for MuJoCo, as the Delta paper states).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from workers.training import (TrainingError, _write_checkpoint, d3rlpy_config, evaluate_algo, latest_checkpoint,
+                              quiet_d3rlpy, run_train_job)
+
+ALGOS = ("bc", "bcq", "cql")
+# (algo, discrete) -> d3rlpy config class name
+_CONFIG_CLASSES = {
+    ("bc", True): "DiscreteBCConfig", ("bc", False): "BCConfig",
+    ("bcq", True): "DiscreteBCQConfig", ("bcq", False): "BCQConfig",
+    ("cql", True): "DiscreteCQLConfig", ("cql", False): "CQLConfig",
+}
+PRESET_DIR = Path(__file__).resolve().parents[1] / "experiments" / "challengers"
+
+
+@dataclass
+class ChallengerConfig:
+    """Everything that defines a challenger training run (saved with every checkpoint)."""
+
+    scenario: str
+    algo: str  # bc | bcq | cql
+    steps: int = 10_000  # gradient steps
+    steps_per_epoch: int = 1_000
+    seed: int = 0
+    hyperparameters: dict = field(default_factory=dict)  # d3rlpy *Config settings
+    eval_episodes: int = 10  # per-epoch engine evaluation, for watching only (0 = none)
+    preset: str = ""  # the preset file these settings came from
+    device: str | None = None  # None: cuda when available
+
+    def config_class(self, discrete: bool):
+        import d3rlpy
+
+        return getattr(d3rlpy.algos, _CONFIG_CLASSES[(self.algo, discrete)])
+
+    def validate(self):
+        from envs import get_scenario
+
+        if self.algo not in ALGOS:
+            raise TrainingError(f"unknown challenger algorithm {self.algo!r}; choose one of {', '.join(ALGOS)}")
+        for name in ("steps", "steps_per_epoch"):
+            if int(getattr(self, name)) < 1:
+                raise TrainingError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.eval_episodes < 0:
+            raise TrainingError(f"eval_episodes must be >= 0, got {self.eval_episodes}")
+        scenario = get_scenario(self.scenario)
+        d3rlpy_config(self.config_class(scenario.action.discrete), self.hyperparameters,
+                      f"{self.preset or 'challenger'} {self.algo}")
+        return scenario
+
+
+def list_presets() -> dict[str, list[str]]:
+    """Preset file stem -> the scenarios it covers."""
+    import yaml
+
+    return {p.stem: list((yaml.safe_load(p.read_text()) or {}).get("scenarios", {}))
+            for p in sorted(PRESET_DIR.glob("*.yaml"))}
+
+
+def challenger_config(scenario: str, algo: str, preset: str | os.PathLike | None = None, **overrides) -> ChallengerConfig:
+    """The preset settings of ``algo`` for ``scenario``. ``preset`` is a preset name
+    (``classic-control``, ``mujoco``), a YAML file, or None for the preset covering ``scenario``;
+    ``overrides`` (steps, seed, …) replace preset values when not None."""
+    import yaml
+
+    if algo not in ALGOS:
+        raise TrainingError(f"unknown challenger algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
+    if preset is None:
+        owners = [name for name, scens in list_presets().items() if scenario in scens]
+        if not owners:
+            raise TrainingError(f"no challenger preset covers {scenario}; presets: "
+                                f"{json.dumps(list_presets())}; pass --preset FILE with your own settings")
+        path = PRESET_DIR / f"{owners[0]}.yaml"
+    else:
+        path = Path(preset)
+        if not path.is_file():
+            path = PRESET_DIR / f"{preset}.yaml"
+        if not path.is_file():
+            raise TrainingError(f"challenger preset {preset!r} not found: give a YAML file or one of "
+                                f"{', '.join(list_presets())}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise TrainingError(f"challenger preset {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    scens = data.get("scenarios") or {}
+    if scenario not in scens:
+        raise TrainingError(f"challenger preset {path} has no settings for {scenario} "
+                            f"(it covers {', '.join(scens) or 'nothing'})")
+    entry = (scens[scenario] or {}).get(algo)
+    if entry is None:
+        raise TrainingError(f"challenger preset {path} has no {algo} settings for {scenario}")
+    settings = {**(data.get("defaults") or {}), **{k: v for k, v in entry.items() if k != "source"}}
+    settings.update({k: v for k, v in overrides.items() if v is not None})
+    unknown = set(settings) - set(ChallengerConfig.__dataclass_fields__) - {"scenario", "algo", "preset"}
+    if unknown:
+        raise TrainingError(f"challenger preset {path} ({scenario} {algo}): unknown settings {sorted(unknown)}")
+    settings.update(scenario=scenario, algo=algo, preset=str(path))
+    return ChallengerConfig(**settings)
+
+
+def _check_dataset(dataset, scenario) -> None:
+    obs_dim = int(dataset.sample_transition().observation_signature.shape[0][0])
+    if obs_dim != scenario.obs_dim:
+        raise TrainingError(f"dataset observations have {obs_dim} dimensions, {scenario.name} has {scenario.obs_dim}")
+    discrete = dataset.dataset_info.action_space.name == "DISCRETE"
+    if discrete != scenario.action.discrete:
+        raise TrainingError(f"dataset actions are {'discrete' if discrete else 'continuous'}, "
+                            f"{scenario.name}'s are not")
+
+
+def train_challenger(
+    cfg: ChallengerConfig,
+    dataset,
+    out_dir: str | os.PathLike,
+    *,
+    resume: bool = False,
+    report: Callable[[dict, Path], None] | None = None,
+    progress: bool = False,
+) -> dict:
+    """Train a challenger on ``dataset`` (a d3rlpy ``MDPDataset``); returns the final state."""
+    import d3rlpy
+    import torch
+    from d3rlpy.algos.utility import build_scalers_with_transition_picker
+    from tqdm import tqdm
+
+    scenario = cfg.validate()
+    _check_dataset(dataset, scenario)
+    quiet_d3rlpy()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    device = cfg.device or ("cuda:0" if torch.cuda.is_available() else "cpu:0")
+    ckpt = latest_checkpoint(out) if resume else None
+    if ckpt is not None:
+        state = json.loads((ckpt / "state.json").read_text())
+        if state["config"]["scenario"] != cfg.scenario or state["config"]["algo"] != cfg.algo:
+            raise TrainingError(f"{out} holds a {state['config']['scenario']} {state['config']['algo']} challenger; "
+                                f"resume it with the same scenario/--algo or choose another --out")
+        algo = d3rlpy.load_learnable(str(ckpt / "model.d3"), device=device)
+        algo._grad_step = int(state["grad_steps"])  # not saved by d3rlpy; target updates depend on it
+    else:
+        if resume:
+            raise TrainingError(f"nothing to resume in {out}: no checkpoints/epoch-* folder")
+        if latest_checkpoint(out) is not None:
+            raise TrainingError(f"{out} already holds a challenger; add --resume to continue it or choose another --out")
+        state = {"config": asdict(cfg), "step": 0, "epoch": 0, "grad_steps": 0, "wall_seconds": 0.0,
+                 "transitions": int(dataset.transition_count), "episodes": len(dataset.episodes), "history": []}
+        algo = d3rlpy_config(cfg.config_class(scenario.action.discrete), cfg.hyperparameters,
+                             f"{cfg.preset} {cfg.algo}").create(device=device)
+        build_scalers_with_transition_picker(algo, dataset)
+        algo.build_with_dataset(dataset)
+
+    d3rlpy.seed(cfg.seed * 1_000 + state["epoch"])  # batch sampling uses numpy's global stream
+    batch_size = algo.config.batch_size
+    step, losses = state["step"], {}
+    bar = tqdm(total=cfg.steps, initial=step, unit="step", desc=f"{cfg.algo} on D ({cfg.scenario})",
+               disable=not progress)
+    t_epoch = time.perf_counter()
+    while step < cfg.steps:
+        step += 1
+        for k, v in algo.update(dataset.sample_transition_batch(batch_size)).items():
+            losses.setdefault(k, []).append(float(v))
+        bar.update(1)
+        if step % cfg.steps_per_epoch == 0 or step == cfg.steps:
+            dt = time.perf_counter() - t_epoch
+            prev = state["history"][-1]["step"] if state["history"] else 0
+            state.update(epoch=state["epoch"] + 1, step=step, grad_steps=int(algo.grad_step),
+                         wall_seconds=state["wall_seconds"] + dt)
+            metrics = {"epoch": state["epoch"], "step": step, "updates_per_second": (step - prev) / max(dt, 1e-9),
+                       **{k: float(np.mean(v)) for k, v in losses.items()}}
+            if cfg.eval_episodes:
+                metrics.update(evaluate_algo(algo, scenario, cfg.eval_episodes, seed=10_000 + cfg.seed))
+            state["history"].append(metrics)
+            ck = _write_checkpoint(out, state["epoch"], algo, None, state)
+            if report:
+                report(metrics, ck)
+            if "eval_return" in metrics:
+                bar.set_postfix(eval=f"{metrics['eval_return']:.1f}")
+            losses = {}
+            t_epoch = time.perf_counter()
+    bar.close()
+    tmp = out / f".model.d3.tmp-{os.getpid()}"
+    algo.save(str(tmp))
+    os.replace(tmp, out / "model.d3")
+    (out / "training.json").write_text(json.dumps(state, indent=2))
+    return state
+
+
+def _challenger_loop_per_worker(config: dict) -> None:
+    """The Ray Train function: read D from the run's store, train, report."""
+    import ray.train
+
+    from orchestrator.store import RunStore
+    from workers.training import _mlflow_reporter
+
+    quiet_d3rlpy()
+    cfg = ChallengerConfig(**config["cfg"])
+    if cfg.device is None:
+        cfg.device = "cuda:0" if config.get("use_gpu") else "cpu:0"
+    dataset = RunStore.open(config["run_dir"]).to_mdp_dataset(phase=list(config["phases"]), role="aut")
+    to_mlflow = _mlflow_reporter(config.get("tracking"))
+
+    def report(metrics: dict, ckpt: Path) -> None:
+        to_mlflow(metrics, ckpt)
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt)))
+
+    train_challenger(cfg, dataset, config["out_dir"], resume=config["resume"], report=report,
+                     progress=config.get("progress", False))
+
+
+def train_challenger_job(
+    cfg: ChallengerConfig,
+    run_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    phases=("sampling", "fuzzing"),
+    resume: bool = False,
+    use_gpu: bool | None = None,
+    tracking: dict | None = None,
+    progress: bool = False,
+) -> dict:
+    """:func:`train_challenger` on the AUT steps of ``phases`` of the run in ``run_dir``, as a Ray
+    Train job (the AUT training path: in-process on a CPU machine, a GPU worker on a GPU cluster)."""
+    cfg.validate()
+    out = Path(out_dir).resolve()
+    run_train_job(_challenger_loop_per_worker,
+                  {"cfg": asdict(cfg), "run_dir": str(Path(run_dir).resolve()), "phases": list(phases),
+                   "out_dir": str(out), "resume": resume, "tracking": tracking, "progress": progress},
+                  out, name=f"challenger-{cfg.scenario}-{cfg.algo}", use_gpu=use_gpu)
+    return json.loads((out / "training.json").read_text())
