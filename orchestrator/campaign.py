@@ -17,6 +17,20 @@
       preset: null                 # null = the scenario's preset in experiments/challengers/
       steps: null                  # gradient steps (null = the preset's)
       eval_episodes: 100           # Table 1 evaluation of challenger and AUT
+    optimality:                    # optional: differential fuzzing, AUT vs challenger (Delta phase 3)
+      fuzzer: delta                # or any safety fuzzer as a baseline under the same oracle
+      params: {}                   # e.g. {without: [regret]} for an ablation
+      challenger: null             # a policy URI; null = this run's challengers/<first algo>/model.d3
+      oracle: auto                 # differential | statistical | auto (statistical when stochastic)
+      delta: 0.0                   # bug when R_ca > R_aut + delta
+      repeats: null                # rollouts per agent and state (statistical oracle: 5)
+      alpha: 0.05                  # statistical oracle: one-sided Mann-Whitney U at alpha
+      budget: {episodes: 1000}     # test cases (initial states, each run by both agents)
+      sampling_fraction: 0.1
+      generation_size: 64
+
+The ``safety`` section may be ``null`` to skip safety testing (e.g. an optimality-only campaign
+with an existing challenger).
 
 Validation happens before any Ray work: an unknown key, a wrong type, an unknown fuzzer or
 scenario, a negative budget each give one :class:`CampaignError` naming the field and what is
@@ -59,6 +73,20 @@ class ChallengerSpec:
 
 
 @dataclass
+class OptimalitySpec:
+    fuzzer: str = "delta"
+    params: dict = field(default_factory=dict)
+    challenger: str | None = None
+    oracle: str = "auto"
+    delta: float = 0.0
+    repeats: int | None = None
+    alpha: float = 0.05
+    budget: Budget = field(default_factory=lambda: Budget(episodes=1000))
+    sampling_fraction: float = 0.1
+    generation_size: int = 64
+
+
+@dataclass
 class Campaign:
     scenario: str
     aut: str
@@ -69,8 +97,9 @@ class Campaign:
     batch_size: int = 256
     scenario_overrides: dict = field(default_factory=dict)
     mlflow: bool = True
-    safety: SafetySpec = field(default_factory=SafetySpec)
+    safety: SafetySpec | None = field(default_factory=SafetySpec)
     challenger: ChallengerSpec | None = None
+    optimality: OptimalitySpec | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -92,7 +121,8 @@ def _build(cls, data: Any, where: str):
     hints = {f.name: f.type for f in dataclasses.fields(cls)}
     for name, value in data.items():
         path = f"{where}.{name}" if where else name
-        sub = {"budget": Budget, "safety": SafetySpec, "challenger": ChallengerSpec}.get(name)
+        sub = {"budget": Budget, "safety": SafetySpec, "challenger": ChallengerSpec,
+               "optimality": OptimalitySpec}.get(name)
         if sub is not None and value is not None:
             kwargs[name] = _build(sub, value, path)
             continue
@@ -156,25 +186,19 @@ def campaign_from_dict(data: dict, where: str = "campaign.json") -> Campaign:
 def validate_campaign(c: Campaign) -> None:
     """Semantic checks: known scenario and fuzzer, sane budgets and sizes."""
     from envs import ScenarioError, get_scenario
-    from orchestrator.fuzzers import FUZZERS
+    from orchestrator.fuzzers import fuzzer_class
 
     try:
         get_scenario(c.scenario, **c.scenario_overrides)
     except ScenarioError as exc:
         raise CampaignError(f"scenario: {exc}") from exc
-    if c.safety.fuzzer.lower() not in FUZZERS:
-        raise CampaignError(f"safety.fuzzer: unknown fuzzer {c.safety.fuzzer!r}; allowed: {', '.join(FUZZERS)}")
-    b = c.safety.budget
-    if b.episodes is None and b.seconds is None:
-        raise CampaignError("safety.budget: give episodes or seconds (e.g. {episodes: 2000})")
-    if b.episodes is not None and b.episodes <= 0:
-        raise CampaignError(f"safety.budget.episodes must be a positive integer, got {b.episodes}")
-    if b.seconds is not None and b.seconds <= 0:
-        raise CampaignError(f"safety.budget.seconds must be a positive number, got {b.seconds}")
-    if not 0.0 < c.safety.sampling_fraction < 1.0:
-        raise CampaignError(f"safety.sampling_fraction must be between 0 and 1 (exclusive), got {c.safety.sampling_fraction}")
-    if c.safety.generation_size < 1:
-        raise CampaignError(f"safety.generation_size must be >= 1, got {c.safety.generation_size}")
+    if c.safety is not None:
+        _validate_search(c.safety, "safety")
+        if getattr(fuzzer_class(c.safety.fuzzer), "needs_challenger", False):
+            raise CampaignError(f"safety.fuzzer: {c.safety.fuzzer} tests optimality (it needs the challenger); "
+                                f"use it under optimality.fuzzer")
+    if c.safety is None and c.challenger is None and c.optimality is None:
+        raise CampaignError("the campaign has no phase: give a safety, challenger or optimality section")
     if c.workers < 0:
         raise CampaignError(f"workers must be >= 0 (0 runs in this process), got {c.workers}")
     if c.batch_size < 1:
@@ -197,3 +221,40 @@ def validate_campaign(c: Campaign) -> None:
             raise CampaignError(f"challenger.steps must be >= 1, got {ch.steps}")
         if ch.eval_episodes < 1:
             raise CampaignError(f"challenger.eval_episodes must be >= 1, got {ch.eval_episodes}")
+        if c.safety is None:
+            raise CampaignError("challenger: it trains on the safety phase's record D; add a safety section")
+    if c.optimality is not None:
+        from orchestrator.oracles import ORACLES
+
+        o = c.optimality
+        _validate_search(o, "optimality")
+        if o.challenger is None and c.challenger is None:
+            raise CampaignError("optimality.challenger: give a challenger policy URI, or a challenger section "
+                                "that trains one")
+        if o.oracle not in ORACLES:
+            raise CampaignError(f"optimality.oracle: unknown oracle {o.oracle!r}; allowed: {', '.join(ORACLES)}")
+        if o.delta < 0:
+            raise CampaignError(f"optimality.delta must be >= 0, got {o.delta}")
+        if o.repeats is not None and o.repeats < 1:
+            raise CampaignError(f"optimality.repeats must be >= 1, got {o.repeats}")
+        if not 0 < o.alpha < 1:
+            raise CampaignError(f"optimality.alpha must be in (0, 1), got {o.alpha}")
+
+
+def _validate_search(spec, where: str) -> None:
+    """Checks shared by the safety and optimality sections."""
+    from orchestrator.fuzzers import FUZZERS
+
+    if spec.fuzzer.lower() not in FUZZERS:
+        raise CampaignError(f"{where}.fuzzer: unknown fuzzer {spec.fuzzer!r}; allowed: {', '.join(FUZZERS)}")
+    b = spec.budget
+    if b.episodes is None and b.seconds is None:
+        raise CampaignError(f"{where}.budget: give episodes or seconds (e.g. {{episodes: 2000}})")
+    if b.episodes is not None and b.episodes <= 0:
+        raise CampaignError(f"{where}.budget.episodes must be a positive integer, got {b.episodes}")
+    if b.seconds is not None and b.seconds <= 0:
+        raise CampaignError(f"{where}.budget.seconds must be a positive number, got {b.seconds}")
+    if not 0.0 < spec.sampling_fraction < 1.0:
+        raise CampaignError(f"{where}.sampling_fraction must be between 0 and 1 (exclusive), got {spec.sampling_fraction}")
+    if spec.generation_size < 1:
+        raise CampaignError(f"{where}.generation_size must be >= 1, got {spec.generation_size}")

@@ -131,8 +131,12 @@ def write_challenger_card(out: Path, cfg, state: dict, scenario, *, aut_uri: str
 
     algo = d3rlpy.load_learnable(str(out / "model.d3"), device="cpu:0")
     files = ["model.d3"]
+    import warnings
+
     try:
-        algo.save_policy(str(out / "policy.pt"))
+        with warnings.catch_warnings():  # torch.jit.trace's deprecation and tracer notes
+            warnings.simplefilter("ignore")
+            algo.save_policy(str(out / "policy.pt"))
         files.append("policy.pt")
         torchscript = "policy.pt"
     except Exception as exc:  # noqa: BLE001 - d3rlpy cannot trace every algorithm's action selection

@@ -249,7 +249,7 @@ def cmd_train_aut(args) -> int:
 
 def cmd_run(args) -> int:
     from orchestrator.campaign import campaign_from_dict, load_campaign
-    from orchestrator.safety import run_safety
+    from orchestrator.pipeline import run_campaign, summary_table
 
     if args.resume:
         run_dir = Path(args.resume)
@@ -261,21 +261,22 @@ def cmd_run(args) -> int:
         if not args.campaign:
             raise UsageError("give a campaign file (deltarl run CAMPAIGN.yaml) or --resume RUN_DIR")
         campaign = load_campaign(args.campaign, output=args.out)
-    s = run_safety(campaign, resume=bool(args.resume), progress=not args.quiet)
-    out = Path(campaign.output)
-    print(f"{s['campaign']}: {s['fuzzer']} on {s['scenario']} ({s['aut']}), {s['episodes']} episodes in {s['wall_seconds']:.0f} s\n"
-          f"  failures           {s['failures']} ({100 * s['failure_rate']:.1f}% of episodes)\n"
-          f"  distinct failures  {s['distinct_failures']} grid cells ({s['grid_intervals']} intervals per dimension)\n"
-          f"  dataset D          {out / 'steps'} (phases sampling + fuzzing)\n"
-          f"  failures over time {out / 'timeline.parquet'}\n"
-          f"  summary            {out / 'summary.json'}\n"
-          + (f"  MLflow             mlflow ui --backend-store-uri sqlite:///{out.resolve() / 'mlflow.db'}" if campaign.mlflow else ""))
-    if campaign.challenger is not None:
-        from orchestrator.challenger import challenger_dir, run_challenger_phase
-
-        for card in run_challenger_phase(campaign, resume=bool(args.resume), progress=not args.quiet):
-            _print_challenger(card, challenger_dir(out, card["config"]["algo"]))
+    results = run_campaign(campaign, resume=bool(args.resume), progress=not args.quiet)
+    print(f"{campaign.name}: {campaign.scenario}, AUT {campaign.aut}\n")
+    print(summary_table(results))
     return 0
+
+
+def cmd_replay(args) -> int:
+    from orchestrator.optimality import replay
+
+    r = replay(args.run_dir, args.bug_id)
+    state = ", ".join(f"{n}={v:.4g}" for n, v in zip(r["state_names"], r["initial_state"]))
+    print(f"bug {r['bug_id']}: {state}\n"
+          f"  AUT         {r['aut_return']:.2f}  (recorded {r['recorded_aut_return']:.2f})\n"
+          f"  challenger  {r['ca_return']:.2f}  (recorded {r['recorded_ca_return']:.2f})\n"
+          f"  {'reproduced' if r['reproduced'] else 'NOT reproduced: the returns differ from the record'}")
+    return 0 if r["reproduced"] else 1
 
 
 def _print_challenger(card: dict, out: Path) -> None:
@@ -477,18 +478,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "run",
-        help="run a campaign from a YAML file (safety testing, then the challenger)",
-        description="Run a campaign: fuzz the AUT's initial states for failures (random, mdpfuzz, curefuzz "
-        "or gmt), recording every trajectory as Parquet (dataset D), failures over time and MLflow metrics; "
-        "then, when the campaign has a challenger section, train the challengers on D. "
-        "The corpus is snapshotted every generation; --resume RUN_DIR continues an interrupted run.",
-        epilog="Examples: experiments/campaigns/*.yaml",
+        help="run a campaign from a YAML file: safety -> challenger -> optimality",
+        description="Run a campaign, each phase when the file has its section: safety (fuzz the AUT's "
+        "initial states for failures with random, mdpfuzz, curefuzz or gmt, recording every trajectory as "
+        "Parquet: dataset D), challenger (offline RL on D), optimality (differential fuzzing, Delta or a "
+        "baseline, of AUT vs challenger: bugs.parquet). Ends with a summary table. Corpora are snapshotted "
+        "every generation; --resume RUN_DIR continues an interrupted run.",
+        epilog="Quick start: deltarl run experiments/quickstart.yaml. More: experiments/campaigns/*.yaml",
     )
     p.add_argument("campaign", nargs="?", help="campaign YAML file")
     p.add_argument("--out", default=None, help="run folder (overrides the campaign's output)")
     p.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue the campaign in RUN_DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("replay", help="re-run an optimality bug and show both returns",
+                       description="Re-run bug BUG_ID of an optimality run (bugs.parquet) with its recorded "
+                       "initial state and episode seeds: the AUT and the challenger again, both returns beside "
+                       "the recorded ones. Exit 1 when they differ.")
+    p.add_argument("run_dir", help="the campaign's run folder")
+    p.add_argument("bug_id", type=int, help="the bug_id column of bugs.parquet")
+    p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("zoo-add", help="ship a finished training run in experiments/zoo",
                        description="Copy model.d3, policy.pt and card.json of a finished `deltarl train-aut` "

@@ -46,30 +46,31 @@ class SafetyState:
 class _Executor:
     """Runs the AUT from initial states: in-process (workers = 0) or on the Ray pool."""
 
-    def __init__(self, campaign, scenario):
+    def __init__(self, campaign, scenario, uris: dict | None = None):
         self.workers = campaign.workers
-        uris = {"aut": campaign.aut}
+        uris = uris or {"aut": campaign.aut}
         if self.workers == 0:
             from workers.rollout import RolloutWorker
 
             self.local = RolloutWorker(scenario.name, uris, scenario_overrides=campaign.scenario_overrides,
                                        batch_size=campaign.batch_size)
-            self.policy_hash = self.local.policy_hashes()["aut"]
+            self.policy_hashes = self.local.policy_hashes()
         else:
             from orchestrator.driver import RolloutPool, start_ray
 
             start_ray(num_cpus=max(self.workers, os.cpu_count() or 1))
             self.pool = RolloutPool(scenario.name, uris, workers=self.workers, batch_size=campaign.batch_size,
                                     scenario_overrides=campaign.scenario_overrides)
-            self.policy_hash = self.pool.policy_hashes["aut"]
+            self.policy_hashes = dict(self.pool.policy_hashes)
+        self.policy_hash = self.policy_hashes["aut"]
 
-    def run(self, states: np.ndarray, seed: int):
+    def run(self, states: np.ndarray, seed: int, repeats: int = 1):
         from workers.rollout import RolloutResult
 
         if self.workers == 0:
-            return self.local.run(states, seed=seed)
+            return self.local.run(states, seed=seed, repeats=repeats)
         chunk = max(1, -(-len(states) // (2 * self.workers)))
-        parts = sorted(self.pool.map(states, seed=seed, chunk=chunk), key=lambda p: p[0])
+        parts = sorted(self.pool.map(states, seed=seed, chunk=chunk, repeats=repeats), key=lambda p: p[0])
         return RolloutResult.concat([r for _, r in parts])
 
     def close(self):
@@ -77,29 +78,38 @@ class _Executor:
             self.pool.shutdown()
 
 
-def _snapshot(run_dir: Path, fuzzer, st: SafetyState, store, keep: int = 2) -> None:
+def _committed(run_dir: Path) -> list[str]:
+    return sorted(str(p.relative_to(run_dir)) for d in ("steps", "episodes") for p in (run_dir / d).glob("*.parquet"))
+
+
+def _snapshot(run_dir: Path, fuzzer, st, store, keep: int = 2, prefix: str = "gen") -> None:
     snap_dir = run_dir / "snapshots"
     snap_dir.mkdir(exist_ok=True)
-    committed = sorted(str(p.relative_to(run_dir)) for d in ("steps", "episodes")
-                       for p in (run_dir / d).glob("*.parquet"))
-    blob = pickle.dumps({"fuzzer": fuzzer.state_dict(), "state": st, "committed": committed})
-    atomic_write_bytes(snap_dir / f"gen-{st.generation:06d}.pkl", blob)
-    for old in sorted(snap_dir.glob("gen-*.pkl"))[:-keep]:
+    blob = pickle.dumps({"fuzzer": fuzzer.state_dict(), "state": st, "committed": _committed(run_dir)})
+    atomic_write_bytes(snap_dir / f"{prefix}-{st.generation:06d}.pkl", blob)
+    for old in sorted(snap_dir.glob(f"{prefix}-*.pkl"))[:-keep]:
         old.unlink()
 
 
-def _restore(run_dir: Path, fuzzer) -> SafetyState:
-    snaps = sorted((run_dir / "snapshots").glob("gen-*.pkl"))
+def _restore(run_dir: Path, fuzzer, prefix: str = "gen", fresh=None, committed: list[str] | None = None):
+    """Load the newest ``prefix`` snapshot into ``fuzzer`` and delete the part files written after
+    it; without a snapshot, return ``fresh()`` and keep only ``committed`` parts (when given)."""
+    snaps = sorted((run_dir / "snapshots").glob(f"{prefix}-*.pkl"))
     if not snaps:
-        return SafetyState()
+        if committed is not None:
+            _drop_uncommitted(run_dir, set(committed))
+        return (fresh or SafetyState)()
     snap = pickle.loads(snaps[-1].read_bytes())
-    keep = set(snap["committed"])
+    _drop_uncommitted(run_dir, set(snap["committed"]))
+    fuzzer.load_state_dict(snap["fuzzer"])
+    return snap["state"]
+
+
+def _drop_uncommitted(run_dir: Path, keep: set) -> None:
     for d in ("steps", "episodes"):  # part files of a generation that never got its snapshot
         for p in (run_dir / d).glob("*.parquet"):
             if str(p.relative_to(run_dir)) not in keep:
                 p.unlink()
-    fuzzer.load_state_dict(snap["fuzzer"])
-    return snap["state"]
 
 
 def run_safety(campaign, *, resume: bool = False, progress: bool = True) -> dict:

@@ -1,6 +1,8 @@
 """The one conformance test every fuzzer passes.
 
-On CartPole (discrete, 4-d) and MountainCar (a zero-width dimension) with a black-box AUT:
+On CartPole (discrete, 4-d) and MountainCar (a zero-width dimension) with a black-box AUT and a
+random challenger from the same states (the optimality phase's feedback; safety fuzzers read the
+AUT's part, Delta both):
 - proposals are valid initial states (right shape, finite, inside the bounds) in both phases;
 - the same seed gives the same campaign (proposals and internal state), another seed differs;
 - ``state_dict`` taken mid-campaign and loaded into a fresh fuzzer gives the identical
@@ -34,7 +36,7 @@ def campaign(fuzzer, scenario, policy, generations, n, start=0):
         assert p.states.shape == (n, scenario.state_dim)
         seen.append(p.states.copy())
         res = rollout(scenario, policy, p.states, seed=g, max_steps=150)
-        fuzzer.observe(p, Feedback.from_result(res))
+        fuzzer.observe(p, Feedback.from_differential(res, n))
     return seen
 
 
@@ -42,7 +44,7 @@ def campaign(fuzzer, scenario, policy, generations, n, start=0):
 @pytest.mark.parametrize("name", FUZZERS)
 def test_fuzzer_conformance(name, scenario_name):
     sc = get_scenario(scenario_name)
-    pol = load_policy(AUTS[scenario_name], sc)
+    pol = {"aut": load_policy(AUTS[scenario_name], sc), "challenger": load_policy("random:1", sc)}
     n = 8
 
     a = make_fuzzer(name, sc, seed=3)

@@ -55,17 +55,49 @@ class Feedback:
     terminated: np.ndarray  # (n,) bool
     failure: np.ndarray  # (n,) bool: the scenario's safety oracle
     traj_obs: list  # n arrays (T_i + 1, obs_dim)
+    # optimality testing: the challenger from the same states (None in the safety phase)
+    ca_returns: np.ndarray | None = None  # (n,) float64
+    ca_traj_obs: list | None = None  # n arrays
+    bug: np.ndarray | None = None  # (n,) bool: the optimality oracle's verdict
+
+    @staticmethod
+    def _trajectories(result) -> list:
+        ends = np.cumsum(result.lengths)
+        starts = ends - result.lengths
+        return [np.concatenate([result.obs[a:b], result.final_obs[i:i + 1]], axis=0)
+                for i, (a, b) in enumerate(zip(starts, ends))]
 
     @classmethod
     def from_result(cls, result) -> "Feedback":
         """Build from a :class:`workers.rollout.RolloutResult` of one role, one repeat."""
-        ends = np.cumsum(result.lengths)
-        starts = ends - result.lengths
-        traj = [np.concatenate([result.obs[a:b], result.final_obs[i:i + 1]], axis=0)
-                for i, (a, b) in enumerate(zip(starts, ends))]
         return cls(returns=np.asarray(result.returns, np.float64), lengths=np.asarray(result.lengths),
                    terminated=np.asarray(result.terminated, bool), failure=np.asarray(result.failure, bool),
-                   traj_obs=traj)
+                   traj_obs=cls._trajectories(result))
+
+    @classmethod
+    def from_differential(cls, result, n: int, bug: np.ndarray | None = None) -> "Feedback":
+        """Build from a run of roles ``aut`` and ``challenger`` from ``n`` states (any number of
+        repeats): returns are means over the repeats, trajectories those of repeat 0; the AUT's
+        fields are the usual ones, the challenger's go to ``ca_*``."""
+        traj = cls._trajectories(result)
+        idx = np.asarray(result.state_index) - (int(result.state_index.min()) if result.n_episodes else 0)
+
+        def per_state(role):
+            mine = np.asarray(result.role) == role
+            counts = np.bincount(idx[mine], minlength=n)
+            if counts.shape[0] != n or np.any(counts == 0):
+                raise ValueError(f"differential feedback: role {role!r} lacks episodes for some of the {n} states")
+            mean = np.bincount(idx[mine], weights=result.returns[mine], minlength=n) / counts
+            first = np.flatnonzero(mine & (np.asarray(result.repeat) == 0))
+            first = first[np.argsort(idx[first], kind="stable")]  # one per state, in proposal order
+            return mean, first
+
+        aut_mean, a0 = per_state("aut")
+        ca_mean, c0 = per_state("challenger")
+        return cls(returns=aut_mean, lengths=np.asarray(result.lengths)[a0],
+                   terminated=np.asarray(result.terminated, bool)[a0], failure=np.asarray(result.failure, bool)[a0],
+                   traj_obs=[traj[i] for i in a0], ca_returns=ca_mean, ca_traj_obs=[traj[i] for i in c0],
+                   bug=None if bug is None else np.asarray(bug, bool))
 
 
 class Fuzzer(abc.ABC):

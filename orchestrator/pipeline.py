@@ -1,0 +1,63 @@
+"""A campaign end to end: safety → challenger → optimality, in one run folder.
+
+    results = run_campaign(load_campaign("experiments/quickstart.yaml"))
+    print(summary_table(results))
+
+Each phase runs when the campaign has its section; ``resume=True`` continues the run folder:
+a finished phase is not redone (safety and optimality pick up from their last generation
+snapshot and stop at once when their budget is spent, a challenger with a card is kept).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def run_campaign(campaign, *, resume: bool = False, progress: bool = True) -> dict:
+    from orchestrator.challenger import run_challenger_phase
+    from orchestrator.optimality import run_optimality
+    from orchestrator.safety import run_safety
+
+    out = {"campaign": campaign.name, "output": str(Path(campaign.output)), "safety": None, "challengers": [],
+           "optimality": None}
+    if campaign.safety is not None:
+        out["safety"] = run_safety(campaign, resume=resume, progress=progress)
+    if campaign.challenger is not None:
+        out["challengers"] = run_challenger_phase(campaign, resume=resume, progress=progress)
+    if campaign.optimality is not None:
+        opt_resume = resume and any((Path(campaign.output) / "snapshots").glob("opt-*.pkl"))
+        out["optimality"] = run_optimality(campaign, resume=opt_resume, progress=progress)
+    from orchestrator.store import atomic_write_bytes
+
+    atomic_write_bytes(Path(campaign.output) / "results.json", json.dumps(out, indent=2, default=float).encode())
+    return out
+
+
+def summary_table(results: dict) -> str:
+    """The campaign's headline figures as a Markdown table, plus where its files are."""
+    rows = []
+    s = results.get("safety")
+    if s:
+        rows.append(("safety", f"{s['fuzzer']}, {s['episodes']} episodes, {s['wall_seconds']:.0f} s",
+                     f"{s['failures']} failures in {s['distinct_failures']} distinct cells"))
+    for c in results.get("challengers") or []:
+        ev, aut = c["evaluation"], (c.get("aut") or {}).get("evaluation")
+        vs = f" vs AUT {aut['mean_return']:.1f} ± {aut['ci95_margin']:.1f}" if aut else ""
+        rows.append((f"challenger {c['config']['algo']}",
+                     f"{c['steps']} steps on {c['dataset']['transitions']} transitions, {c['training_wall_seconds']:.0f} s",
+                     f"return {ev['mean_return']:.1f} ± {ev['ci95_margin']:.1f}{vs} ({ev['episodes']} episodes)"))
+    o = results.get("optimality")
+    if o:
+        dist = "n/a" if o["distance"] != o["distance"] else f"{o['distance']:.3f}"
+        rows.append(("optimality", f"{o['fuzzer']} ({o['oracle']} oracle), {o['cases']} test cases, {o['wall_seconds']:.0f} s",
+                     f"{o['bugs']} bugs in {o['distinct_bugs']} distinct cells, distance {dist}"))
+    lines = ["| phase | work | result |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    root = Path(results["output"])
+    files = [f"run folder        {root}",
+             f"episodes (D)      {root / 'steps'}/*.parquet, {root / 'episodes'}/*.parquet"]
+    if o:
+        files.append(f"bugs              {root / 'bugs.parquet'}  (deltarl replay {root} BUG_ID)")
+    files += [f"summary           {root / 'results.json'}",
+              f"MLflow            mlflow ui --backend-store-uri sqlite:///{root.resolve() / 'mlflow.db'}"]
+    return "\n".join(lines + [""] + files)
