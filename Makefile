@@ -22,7 +22,7 @@ install: $(BIN)/.deltarl-installed
 # The main job on the embedded default: safety testing of the zoo CartPole agent with CureFuzz on a
 # local Ray cluster; dataset D as Parquet, MLflow in SQLite, all under the run folder.
 run: $(BIN)/.deltarl-installed
-	$(BIN)/deltarl run experiments/campaigns/cartpole-curefuzz.yaml --out $(RUN)
+	$(BIN)/deltarl run experiments/quickstart.yaml --out $(RUN)
 
 test: $(BIN)/.deltarl-installed
 	$(BIN)/python -m pytest -q

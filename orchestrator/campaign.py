@@ -121,8 +121,8 @@ def _build(cls, data: Any, where: str):
     hints = {f.name: f.type for f in dataclasses.fields(cls)}
     for name, value in data.items():
         path = f"{where}.{name}" if where else name
-        sub = {"budget": Budget, "safety": SafetySpec, "challenger": ChallengerSpec,
-               "optimality": OptimalitySpec}.get(name)
+        sub = {"Budget": Budget, "SafetySpec": SafetySpec, "ChallengerSpec": ChallengerSpec,
+               "OptimalitySpec": OptimalitySpec}.get(str(hints[name]).split(" |")[0])
         if sub is not None and value is not None:
             kwargs[name] = _build(sub, value, path)
             continue

@@ -1,0 +1,292 @@
+"""Optimality testing (Delta phase 3): LSH inconsistency, RND novelty, regret, oracles, metrics,
+the optimality phase (bugs, store, replay, resume), validation and the quick start."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from envs import get_scenario
+from orchestrator.fuzzers import Feedback, FuzzerError, make_fuzzer
+from orchestrator.fuzzers.delta import LSH, inconsistency, regret
+from orchestrator.fuzzers.rnd import RND
+from orchestrator.oracles import DifferentialOracle, StatisticalOracle, bug_distance, make_oracle
+
+REPO = Path(__file__).resolve().parents[1]
+BALANCER = "python:workers.examples:cartpole_balancer"
+
+
+# -- the scores, on known values ------------------------------------------------------------------
+
+def test_lsh_inconsistency_is_one_for_identical_trajectories_and_drops_as_they_part():
+    rng = np.random.default_rng(0)
+    lsh = LSH(4, k=16, seed=1)
+    a = rng.standard_normal((200, 4))
+    assert inconsistency(lsh.codes(a), lsh.codes(a)) == 1.0
+    assert inconsistency(lsh.codes(a), lsh.codes(a[::-1])) == 1.0  # sets of codes: order does not matter
+    b = 0.3 * rng.standard_normal((200, 4)) + 2.0  # a cluster on one side of the origin
+    assert inconsistency(lsh.codes(b), lsh.codes(-b)) == 0.0  # mirrored through the origin: every bit flips
+    # a trajectory drifting away from a shared start: the overlap falls with the drift
+    drift = [np.mean([inconsistency(lsh.codes(x), lsh.codes(x + d * np.array([3.0, -2.0, 1.0, 2.0])))
+                      for x in [rng.standard_normal((100, 4)) for _ in range(20)]]) for d in (0.0, 0.3, 1.0, 3.0)]
+    assert drift[0] == 1.0 and drift[0] > drift[1] > drift[2] > drift[3]
+    # |H_aut ∩ H_ca| / |H_aut| by hand: AUT visits {1, 2, 3, 4}, challenger {3, 4, 5}
+    assert inconsistency(np.array([1, 2, 2, 3, 4]), np.array([3, 4, 5])) == 0.5
+
+
+def test_rnd_novelty_falls_on_repeated_states():
+    rnd = RND(4, hidden=32, out_dim=8, seed=0)
+    rng = np.random.default_rng(0)
+    seen = rng.standard_normal((512, 4)).astype(np.float32)
+    rnd.update_normalizer(seen)
+    before = rnd.novelty(seen).mean()
+    rnd.train(seen, steps=300)
+    after = rnd.novelty(seen).mean()
+    unseen = (rng.standard_normal((512, 4)) * 4 + 6).astype(np.float32)
+    assert after < 0.5 * before
+    assert rnd.novelty(unseen).mean() > after  # still novel where P has not been
+
+
+def test_regret_is_safe_and_keeps_its_sign():
+    assert regret(10.0, 8.0) == pytest.approx(math.e ** 2)
+    assert regret(8.0, 10.0) == pytest.approx(math.e ** -2) and regret(8.0, 10.0) < 1
+    assert regret(5.0, 5.0) == 1.0
+    big = regret(3000.0, 0.0)  # MuJoCo-sized gap: clipped exponent, finite, still > 1
+    assert np.isfinite(big) and big == pytest.approx(math.exp(20.0))
+    small = regret(0.0, 3000.0)
+    assert 0 < small < 1
+    assert regret(1.0, 0.0, clip=0.5) == pytest.approx(math.exp(0.5))
+
+
+def test_differential_oracle_on_hand_made_returns():
+    o = DifferentialOracle()
+    bug, p = o.judge(np.array([[10.0], [10.0], [10.0]]), np.array([[11.0], [10.0], [9.0]]))
+    assert bug.tolist() == [True, False, False] and np.isnan(p).all()
+    bug, _ = DifferentialOracle(delta=1.5).judge(np.array([[10.0], [10.0]]), np.array([[11.0], [12.0]]))
+    assert bug.tolist() == [False, True]
+    with pytest.raises(ValueError, match="delta"):
+        DifferentialOracle(delta=-1)
+
+
+def test_statistical_oracle_p_values_match_scipy_and_exact_values():
+    from scipy.stats import mannwhitneyu
+
+    o = StatisticalOracle(repeats=5, alpha=0.05)
+    aut = np.array([[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [1, 1, 1, 1, 1], [3, 1, 4, 1, 5]], float)
+    ca = np.array([[5, 6, 7, 8, 9], [0, 1, 2, 3, 4], [1, 1, 1, 1, 1], [9, 2, 6, 5, 3]], float)
+    bug, p = o.judge(aut, ca)
+    assert p[0] == pytest.approx(1 / 252)  # exact: challenger above in every pair, 1 of C(10,5) orderings
+    assert p[1] == pytest.approx(1.0)
+    assert p[2] == 1.0  # identical returns: no evidence
+    assert p[3] == pytest.approx(mannwhitneyu(ca[3], aut[3], alternative="greater").pvalue)
+    assert bug.tolist() == [True, False, False, bool(p[3] < 0.05)]
+    # the auto choice follows the scenario's stochasticity
+    assert make_oracle("auto", get_scenario("Hopper-Noise")).kind == "statistical"
+    assert make_oracle("auto", get_scenario("CartPole-v1")).kind == "differential"
+
+
+def test_bug_distance_normalises_by_the_bounds():
+    low, high = np.array([0.0, -10.0, 5.0]), np.array([1.0, 10.0, 5.0])  # last dimension: zero width
+    s = np.array([[0.0, -10.0, 5.0], [1.0, 10.0, 5.0]])
+    assert bug_distance(s, low, high) == pytest.approx(math.sqrt(2))
+    s3 = np.array([[0.0, -10.0, 5.0], [1.0, -10.0, 5.0], [0.0, 10.0, 5.0]])
+    assert bug_distance(s3, low, high) == pytest.approx((1 + 1 + math.sqrt(2)) / 3)
+    assert math.isnan(bug_distance(s[:1], low, high))
+
+
+def test_delta_needs_the_challenger_and_names_bad_ablations():
+    sc = get_scenario("CartPole-v1")
+    d = make_fuzzer("delta", sc, seed=0)
+    p = d.propose(2)
+    fb = Feedback(returns=np.zeros(2), lengths=np.ones(2, int), terminated=np.zeros(2, bool),
+                  failure=np.zeros(2, bool), traj_obs=[np.zeros((2, 4), np.float32)] * 2)
+    with pytest.raises(ValueError, match="delta needs the challenger's episodes"):
+        d.observe(p, fb)
+    with pytest.raises(ValueError, match="unknown component 'novelty'"):
+        make_fuzzer("delta", sc, without=["novelty"])
+    ab = make_fuzzer("delta", sc, without=["regret"])
+    assert ab.beta == 0.0 and ab.alpha == 1.0 and ab.lam == 1.0
+
+
+def test_delta_admits_by_dynamic_thresholds():
+    """A mutant joins the corpus iff D > mean D, or A > 1, or I < mean I (fuzzing phase)."""
+    sc = get_scenario("CartPole-v1")
+    d = make_fuzzer("delta", sc, seed=0, rnd_updates_per_episode=0)
+    rng = np.random.default_rng(0)
+    traj = [rng.standard_normal((30, 4)).astype(np.float32) * 0.05 for _ in range(8)]
+    p = d.propose(8)
+    d.observe(p, Feedback(returns=np.full(8, 100.0), lengths=np.full(8, 30), terminated=np.zeros(8, bool),
+                          failure=np.zeros(8, bool), traj_obs=traj, ca_returns=np.full(8, 100.0), ca_traj_obs=traj))
+    assert len(d.corpus) == 8  # sampling phase: every seed joins
+    d.start_phase("fuzzing")
+    p = d.propose(3)
+    mean_d, mean_i = d.corpus.mean("diversity"), d.corpus.mean("inconsistency")
+    assert mean_i == 1.0  # both agents visited the same states in the sampling phase
+    same = [traj[0], traj[0], traj[0]]
+    far = [traj[0] + 5.0]  # the challenger elsewhere: low I
+    d.observe(p, Feedback(returns=np.array([100.0, 50.0, 100.0]), lengths=np.full(3, 30),
+                          terminated=np.zeros(3, bool), failure=np.zeros(3, bool), traj_obs=same,
+                          ca_returns=np.array([100.0, 60.0, 100.0]), ca_traj_obs=[traj[0], traj[0]] + far))
+    got = d.last_observed
+    assert got["regret"][1] == pytest.approx(math.exp(10)) and got["added"][1]  # challenger better
+    assert got["inconsistency"][2] < mean_i and got["added"][2]  # behaviours part
+    # the first mutant: A = 1 and I = 1, so only its diversity can admit it
+    assert got["regret"][0] == 1.0 and got["inconsistency"][0] == 1.0
+    assert bool(got["added"][0]) == bool(got["diversity"][0] > mean_d)
+    e = d.corpus.energy
+    assert np.all(e > 0) and np.argmax(e) == int(np.argmax(d.corpus.scores["regret"]))
+
+
+# -- the optimality phase -------------------------------------------------------------------------
+
+def campaign_file(tmp_path, *, aut="random:0", challenger=BALANCER, budget=96, fuzzer="delta", extra="",
+                  scenario="CartPole-v1", name="opt"):
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(f"""
+name: {name}
+scenario: {scenario}
+aut: "{aut}"
+workers: 0
+output: {tmp_path / name}
+mlflow: false
+safety: null
+optimality:
+  fuzzer: {fuzzer}
+  challenger: "{challenger}"
+  budget: {{episodes: {budget}}}
+  generation_size: 16
+{extra}""")
+    return p
+
+
+def test_optimality_phase_records_bugs_that_replay(tmp_path):
+    from orchestrator.campaign import load_campaign
+    from orchestrator.cli import main
+    from orchestrator.pipeline import run_campaign
+    from orchestrator.store import RunStore
+
+    c = load_campaign(campaign_file(tmp_path))
+    res = run_campaign(c, progress=False)["optimality"]
+    out = Path(c.output)
+    bugs = pd.read_parquet(out / "bugs.parquet")
+    assert res["cases"] == 96 and res["bugs"] == len(bugs) > 10
+    assert (bugs["ca_return"] > bugs["aut_return"]).all()
+    assert res["distinct_bugs"] == get_scenario("CartPole-v1").count_distinct(np.stack(bugs["initial_state"]))
+    store = RunStore.open(out)
+    eps = store.read_episodes(phase="optimality")
+    assert len(eps) == 2 * 96 and set(eps["role"]) == {"aut", "challenger"}
+    flagged = eps[eps["bug"]]
+    assert set(bugs["aut_episode_id"]) | set(bugs["ca_episode_id"]) <= set(flagged["episode_id"])
+    row = eps.set_index("episode_id").loc[bugs["ca_episode_id"].iloc[0]]
+    assert row["return"] == bugs["ca_return"].iloc[0]
+    timeline = pd.read_parquet(out / "optimality_timeline.parquet")
+    assert timeline["cases"].iloc[-1] == 96 and timeline["bugs"].iloc[-1] == len(bugs)
+    # replay re-runs a bug with its seeds (CLI exit 0 when reproduced)
+    assert main(["replay", str(out), "3"]) == 0
+    assert main(["replay", str(out), "99999"]) == 2
+
+
+def test_optimality_resume_continues_exactly(tmp_path, monkeypatch):
+    from orchestrator import fuzzers
+    from orchestrator.campaign import load_campaign
+    from orchestrator.optimality import run_optimality
+
+    full = load_campaign(campaign_file(tmp_path, name="full"))
+    want = run_optimality(full, progress=False)
+    cut = load_campaign(campaign_file(tmp_path, name="cut"))
+    real = fuzzers.Feedback.from_differential.__func__
+    calls = {"n": 0}
+
+    def crash_on_fourth(cls, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 4:
+            raise KeyboardInterrupt
+        return real(cls, *a, **k)
+
+    monkeypatch.setattr(fuzzers.Feedback, "from_differential", classmethod(crash_on_fourth))
+    with pytest.raises(KeyboardInterrupt):
+        run_optimality(cut, progress=False)
+    monkeypatch.undo()
+    got = run_optimality(cut, resume=True, progress=False)
+    assert (got["bugs"], got["distinct_bugs"], got["cases"]) == (want["bugs"], want["distinct_bugs"], want["cases"])
+    a = pd.read_parquet(Path(full.output) / "bugs.parquet")
+    b = pd.read_parquet(Path(cut.output) / "bugs.parquet")
+    np.testing.assert_array_equal(np.stack(a["initial_state"]), np.stack(b["initial_state"]))
+    from orchestrator.store import RunStore
+
+    assert len(RunStore.open(cut.output).read_episodes(phase="optimality")) == 2 * 96
+
+
+@pytest.mark.parametrize("fuzzer", ["random", "curefuzz"])
+def test_safety_fuzzers_run_as_baselines_under_the_same_oracle(tmp_path, fuzzer):
+    from orchestrator.campaign import load_campaign
+    from orchestrator.optimality import run_optimality
+
+    s = run_optimality(load_campaign(campaign_file(tmp_path, fuzzer=fuzzer, budget=48)), progress=False)
+    assert s["fuzzer"] == fuzzer and s["cases"] == 48 and s["bugs"] > 0
+
+
+def test_statistical_oracle_on_hopper_noise(tmp_path):
+    from orchestrator.campaign import load_campaign
+    from orchestrator.optimality import run_optimality
+
+    p = campaign_file(tmp_path, scenario="Hopper-Noise", aut="random:0", challenger="random:1", budget=12,
+                      extra="  repeats: 3\n")
+    s = run_optimality(load_campaign(p), progress=False)
+    assert s["oracle"] == "statistical" and s["repeats"] == 3
+    from orchestrator.store import RunStore
+
+    eps = RunStore.open(tmp_path / "opt").read_episodes(phase="optimality")
+    assert len(eps) == 12 * 2 * 3
+    if s["bugs"]:
+        bugs = pd.read_parquet(tmp_path / "opt" / "bugs.parquet")
+        assert (bugs["p_value"] < 0.05).all()
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("safety: {fuzzer: delta}\n", "safety.fuzzer: delta tests optimality"),
+        ("safety: null\noptimality: {fuzzer: delta}\n", "optimality.challenger: give a challenger policy URI"),
+        ("safety: null\noptimality: {challenger: random:0, oracle: bayes}\n", "optimality.oracle: unknown oracle 'bayes'"),
+        ("safety: null\noptimality: {challenger: random:0, fuzzer: afl}\n", "optimality.fuzzer: unknown fuzzer 'afl'"),
+        ("safety: null\n", "the campaign has no phase"),
+    ],
+)
+def test_bad_optimality_sections(tmp_path, text, message):
+    from orchestrator.campaign import CampaignError, load_campaign
+
+    p = tmp_path / "c.yaml"
+    p.write_text(f"scenario: CartPole-v1\naut: {BALANCER}\noutput: {tmp_path / 'o'}\n" + text)
+    with pytest.raises(CampaignError) as e:
+        load_campaign(p)
+    assert message in str(e.value)
+
+
+@pytest.mark.slow
+def test_quickstart_pipeline_short_profile(tmp_path, ray_cluster, capsys):
+    """experiments/quickstart.yaml end to end (safety -> BCQ -> Delta) with CI-sized budgets."""
+    import yaml
+
+    from orchestrator.cli import main
+
+    q = yaml.safe_load((REPO / "experiments" / "quickstart.yaml").read_text())
+    assert q["challenger"]["algos"] == ["bcq"] and q["optimality"]["fuzzer"] == "delta"
+    q["output"] = str(tmp_path / "qs")
+    q["safety"]["budget"] = {"episodes": 192}
+    q["challenger"].update(steps=500, eval_episodes=20)
+    q["optimality"]["budget"] = {"episodes": 192}
+    p = tmp_path / "quickstart.yaml"
+    p.write_text(yaml.safe_dump(q))
+    assert main(["run", str(p), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "| safety | curefuzz, 192 episodes" in out and "| challenger bcq | 500 steps" in out
+    assert "| optimality | delta (differential oracle), 192 test cases" in out
+    results = json.loads((tmp_path / "qs" / "results.json").read_text())
+    assert results["optimality"]["cases"] == 192 and results["safety"]["episodes"] == 192
+    assert (tmp_path / "qs" / "mlflow.db").is_file()
