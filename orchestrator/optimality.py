@@ -89,7 +89,7 @@ def run_optimality(campaign, *, resume: bool = False, progress: bool = True) -> 
     from orchestrator import tracking
     from orchestrator.fuzzers import Feedback, make_fuzzer
     from orchestrator.oracles import make_oracle
-    from orchestrator.safety import _Executor, _committed, _restore, _snapshot
+    from orchestrator.safety import _Executor, _restore, _snapshot, next_generation_size
     from orchestrator.store import RunStore
     from workers.policies import load_policy
 
@@ -118,8 +118,6 @@ def run_optimality(campaign, *, resume: bool = False, progress: bool = True) -> 
     fuzzer.start_phase(st.phase)
 
     budget_n, budget_s = spec.budget.episodes, spec.budget.seconds
-    sampling_n = int(round(spec.sampling_fraction * budget_n)) if budget_n else None
-    sampling_s = spec.sampling_fraction * budget_s if budget_s else None
     mlrun = None
     if campaign.mlflow:
         mlrun = tracking.start_run(run_dir, "optimality", f"{campaign.name}-{spec.fuzzer}",
@@ -135,18 +133,9 @@ def run_optimality(campaign, *, resume: bool = False, progress: bool = True) -> 
     t_start = time.perf_counter() - st.elapsed
     try:
         while True:
-            left = None if budget_n is None else budget_n - st.cases
-            if (left is not None and left <= 0) or (budget_s is not None and st.elapsed >= budget_s):
+            n = next_generation_size(spec, st.cases, st, fuzzer)
+            if n is None:
                 break
-            if st.phase == "sampling" and ((sampling_n is not None and st.cases >= sampling_n)
-                                           or (sampling_s is not None and st.elapsed >= sampling_s)):
-                st.phase = "fuzzing"
-                fuzzer.start_phase("fuzzing")
-            n = spec.generation_size
-            if st.phase == "sampling" and sampling_n is not None:
-                n = max(1, min(n, sampling_n - st.cases))
-            if left is not None:
-                n = min(n, left)
             proposal = fuzzer.propose(n)
             states = scenario.validate(proposal.states)
             gen_seed = campaign.seed * 1_000_003 + 500_000 + st.generation

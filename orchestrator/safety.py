@@ -112,6 +112,26 @@ def _drop_uncommitted(run_dir: Path, keep: set) -> None:
                 p.unlink()
 
 
+def next_generation_size(spec, done: int, st, fuzzer) -> int | None:
+    """The size of the next generation under ``spec``'s budget after ``done`` episodes (test
+    cases) and ``st.elapsed`` seconds, or None when the budget is spent. Moves ``st`` and the
+    fuzzer to the fuzzing phase once the sampling share of the budget is spent."""
+    b = spec.budget
+    left = None if b.episodes is None else b.episodes - done
+    if (left is not None and left <= 0) or (b.seconds is not None and st.elapsed >= b.seconds):
+        return None
+    sampling_n = int(round(spec.sampling_fraction * b.episodes)) if b.episodes else None
+    sampling_s = spec.sampling_fraction * b.seconds if b.seconds else None
+    if st.phase == "sampling" and ((sampling_n is not None and done >= sampling_n)
+                                   or (sampling_s is not None and st.elapsed >= sampling_s)):
+        st.phase = "fuzzing"
+        fuzzer.start_phase("fuzzing")
+    n = spec.generation_size
+    if st.phase == "sampling" and sampling_n is not None:
+        n = min(n, sampling_n - done)
+    return n if left is None else min(n, left)
+
+
 def run_safety(campaign, *, resume: bool = False, progress: bool = True) -> dict:
     """Run (or resume) the safety phase of ``campaign``; returns the summary."""
     from tqdm import tqdm
@@ -140,8 +160,6 @@ def run_safety(campaign, *, resume: bool = False, progress: bool = True) -> dict
     fuzzer.start_phase(st.phase)
 
     budget_eps, budget_s = spec.budget.episodes, spec.budget.seconds
-    sampling_eps = int(round(spec.sampling_fraction * budget_eps)) if budget_eps else None
-    sampling_s = spec.sampling_fraction * budget_s if budget_s else None
     mlrun = None
     if campaign.mlflow:
         mlrun = tracking.start_run(run_dir, "safety", f"{campaign.name}-{spec.fuzzer}",
@@ -153,18 +171,9 @@ def run_safety(campaign, *, resume: bool = False, progress: bool = True) -> dict
     t_start = time.perf_counter() - st.elapsed
     try:
         while True:
-            left_eps = None if budget_eps is None else budget_eps - st.episodes
-            if (left_eps is not None and left_eps <= 0) or (budget_s is not None and st.elapsed >= budget_s):
+            n = next_generation_size(spec, st.episodes, st, fuzzer)
+            if n is None:
                 break
-            if st.phase == "sampling" and ((sampling_eps is not None and st.episodes >= sampling_eps)
-                                           or (sampling_s is not None and st.elapsed >= sampling_s)):
-                st.phase = "fuzzing"
-                fuzzer.start_phase("fuzzing")
-            n = spec.generation_size
-            if st.phase == "sampling" and sampling_eps is not None:
-                n = min(n, sampling_eps - st.episodes)
-            if left_eps is not None:
-                n = min(n, left_eps)
             proposal = fuzzer.propose(n)
             states = scenario.validate(proposal.states)
             gen_seed = campaign.seed * 1_000_003 + st.generation
