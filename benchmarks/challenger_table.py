@@ -45,13 +45,13 @@ def main(argv=None) -> int:
         if not cs:
             continue
         r = np.array([c["evaluation"]["mean_return"] for c in cs])
-        m, h = mean_ci(r) if r.size > 1 else (float(r[0]), float("nan"))
+        m, h = mean_ci(r) if r.size > 1 else (float(r[0]), 0.0)  # one dataset: no spread to report
         ratio = [c["return_vs_aut"]["ratio"] for c in cs if c.get("return_vs_aut") and c["return_vs_aut"]["ratio"]]
         t = float(np.median([c["training_wall_seconds"] for c in cs]))
         times[algo.upper()] = t
         lines.append(f"| {algo.upper()} ({cs[0]['algorithm']}) | {m:.1f} ± {h:.1f} | "
                      f"{', '.join(f'{x:.1f}' for x in r)} | "
-                     f"{100 * np.mean(ratio):.1f} | {100 * np.mean([c['evaluation']['success_rate'] for c in cs]):.0f}% | "
+                     f"{f'{100 * np.mean(ratio):.1f}' if ratio else 'n/a (returns < 0)'} | {100 * np.mean([c['evaluation']['success_rate'] for c in cs]):.0f}% | "
                      f"{t:.0f} s |")
     md = "\n".join(lines)
     print(md)
