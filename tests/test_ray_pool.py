@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -35,6 +37,40 @@ def test_pool_matches_in_process_rollout(ray_cluster):
     for f in ("returns", "lengths", "seed", "state_index", "repeat", "failure"):
         np.testing.assert_array_equal(getattr(got, f)[g], getattr(want, f)[w], err_msg=f)
     assert got.n_steps == want.n_steps
+
+
+def test_a_killed_rollout_actor_is_restarted_and_its_batches_rerun(ray_cluster):
+    """Kill an actor (by its id) while it has batches in flight: the union of the chunks still
+    equals the in-process rollout, each episode exactly once."""
+    import ray
+
+    from orchestrator.driver import RolloutPool
+
+    sc = get_scenario("Acrobot-v1")
+    states = sc.sample(np.random.default_rng(3), 40)
+    pool = RolloutPool(sc.name, URIS, workers=2, batch_size=8, in_flight=2)
+    try:
+        victim = pool.actors[0]
+        pid_before = ray.get(victim.__ray_call__.remote(lambda self: os.getpid()))
+        parts, killed = [], False
+        for lo, res in pool.map(states, seed=4, max_steps=120, chunk=4):
+            parts.append((lo, res))
+            if not killed:  # after the first chunk: the victim still has batches in flight
+                ray.kill(victim, no_restart=False)  # the process dies; Ray restarts the actor
+                killed = True
+        assert killed
+        # the same handle reaches the restarted actor, in a new process
+        assert ray.get(victim.__ray_call__.remote(lambda self: os.getpid())) != pid_before
+    finally:
+        pool.shutdown()
+    offsets = sorted(lo for lo, _ in parts)
+    assert offsets == list(range(0, 40, 4))  # every chunk once
+    got = RolloutResult.concat([r for _, r in parts])
+    policies = {role: load_policy(uri, sc) for role, uri in URIS.items()}
+    want = rollout(sc, policies, states, seed=4, max_steps=120)
+    key = lambda r: np.lexsort((r.repeat, r.state_index, r.role.astype(str)))  # noqa: E731
+    assert got.n_episodes == want.n_episodes == 2 * 40 and got.n_steps == want.n_steps
+    np.testing.assert_array_equal(got.returns[key(got)], want.returns[key(want)])
 
 
 def test_pool_reports_a_policy_that_does_not_load(ray_cluster):

@@ -336,8 +336,15 @@ class RolloutWorker:
         return True
 
 
-def rollout_actor_class(num_gpus: float = 0.0, num_cpus: float = 1.0, max_restarts: int = 3):
-    """The Ray actor wrapping :class:`RolloutWorker` (imported lazily: Ray stays at the edge)."""
+def rollout_actor_class(num_gpus: float = 0.0, num_cpus: float = 1.0, max_restarts: int = 3,
+                        max_task_retries: int = 3):
+    """The Ray actor wrapping :class:`RolloutWorker` (imported lazily: Ray stays at the edge).
+
+    A dead actor is restarted (``max_restarts``) and the batches it had in flight are run again
+    on the new one (``max_task_retries``). A batch is a pure function of its states and seeds,
+    and the driver writes a generation only once all its batches are back, so a crash neither
+    loses nor duplicates episodes."""
     import ray
 
-    return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=max_restarts)(RolloutWorker)
+    return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=max_restarts,
+                      max_task_retries=max_task_retries)(RolloutWorker)
