@@ -35,8 +35,9 @@ def _bad_input_types() -> tuple:
     from orchestrator.campaign import CampaignError
     from orchestrator.fuzzers import FuzzerError
     from workers.training import TrainingError
+    from orchestrator.grid import GridError
 
-    return (ScenarioError, StoreError, PolicyError, TrainingError, CampaignError, FuzzerError, UsageError)
+    return (ScenarioError, StoreError, PolicyError, TrainingError, CampaignError, FuzzerError, GridError, UsageError)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,6 +268,23 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_grid(args) -> int:
+    from orchestrator.grid import expand, load_grid, markdown_table, run_grid
+
+    grid = load_grid(args.grid)
+    if args.out:
+        grid["output"] = args.out
+    if args.dry_run:
+        for point, c in expand(grid):
+            print(f"{c.name}: {point} -> {c.output}")
+        return 0
+    df = run_grid(grid, progress=not args.quiet)
+    print(markdown_table(df))
+    out = Path(grid["output"])
+    print(f"table   {out / 'results.parquet'}\nMLflow  mlflow ui --backend-store-uri sqlite:///{out.resolve() / 'mlflow.db'}")
+    return 0 if (df["status"] == "done").all() else 1
+
+
 def cmd_replay(args) -> int:
     from orchestrator.optimality import replay
 
@@ -491,6 +509,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue the campaign in RUN_DIR")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("grid", help="expand a grid of campaigns and run them concurrently on Ray",
+                       description="Expand GRID.yaml (a base campaign and axes: scenario x method x seed x ...) into "
+                       "campaigns, run each as a Ray task (concurrently, by its resource request), and collect one "
+                       "results table (OUT/results.parquet, results.md) and their MLflow runs in one experiment. "
+                       "Running it again skips finished campaigns. Exit 1 when a campaign failed.",
+                       epilog="Example: experiments/grids/cartpole-fuzzers.yaml")
+    p.add_argument("grid", help="grid YAML file")
+    p.add_argument("--out", default=None, help="output folder (overrides the grid's)")
+    p.add_argument("--dry-run", action="store_true", help="list the campaigns, run nothing")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_grid)
 
     p = sub.add_parser("replay", help="re-run an optimality bug and show both returns",
                        description="Re-run bug BUG_ID of an optimality run (bugs.parquet) with its recorded "

@@ -21,25 +21,39 @@ def tracking_uri_for(run_dir: str | os.PathLike) -> str:
 
 def start_run(run_dir: str | os.PathLike, experiment: str, run_name: str, *, params: dict | None = None,
               tags: dict | None = None) -> dict:
-    """Create (or reuse) ``experiment`` and start a run; returns ``{"tracking_uri", "run_id"}``."""
+    """Create (or reuse) ``experiment`` and start a run; returns ``{"tracking_uri", "run_id"}``.
+
+    ``DELTARL_MLFLOW_EXPERIMENT`` (set by grids) puts the run into that experiment instead,
+    with ``experiment`` kept as the tag ``deltarl.phase``."""
     import mlflow
 
     uri = tracking_uri_for(run_dir)
     client = mlflow.MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        artifacts = None
-        if uri.startswith("sqlite:"):
-            artifacts = (Path(run_dir).resolve() / "mlartifacts").as_uri()
-        exp_id = client.create_experiment(experiment, artifact_location=artifacts)
-    else:
-        exp_id = exp.experiment_id
-    run = client.create_run(exp_id, run_name=run_name, tags=tags or {})
+    tags = {"deltarl.phase": experiment, **(tags or {})}
+    experiment = os.environ.get("DELTARL_MLFLOW_EXPERIMENT") or experiment
+    exp_id = ensure_experiment(run_dir, experiment, uri)
+    run = client.create_run(exp_id, run_name=run_name, tags=tags)
     if params:
         flat = {k: str(v)[:6000] for k, v in _flatten(params).items()}
         for k, v in flat.items():
             client.log_param(run.info.run_id, k, v)
     return {"tracking_uri": uri, "run_id": run.info.run_id, "experiment_id": exp_id}
+
+
+def ensure_experiment(run_dir: str | os.PathLike, experiment: str, uri: str | None = None) -> str:
+    """The id of ``experiment``, created (artifacts beside ``run_dir``'s database) when missing."""
+    import mlflow
+
+    uri = uri or tracking_uri_for(run_dir)
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is not None:
+        return exp.experiment_id
+    artifacts = (Path(run_dir).resolve() / "mlartifacts").as_uri() if uri.startswith("sqlite:") else None
+    try:
+        return client.create_experiment(experiment, artifact_location=artifacts)
+    except mlflow.exceptions.MlflowException:  # created meanwhile by a concurrent campaign
+        return client.get_experiment_by_name(experiment).experiment_id
 
 
 def end_run(tracking: dict, status: str = "FINISHED") -> None:

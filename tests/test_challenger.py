@@ -59,15 +59,16 @@ def test_every_scenario_has_valid_presets_for_every_algorithm():
             cfg = challenger_config(s, algo)
             cfg.validate()  # builds the d3rlpy config: every preset value is a real setting
             assert cfg.preset.endswith(".yaml") and cfg.steps >= 1
-    # the Scope-RL values reach d3rlpy
+    # the preset's values (Scope-RL's, and deltarl's measured changes) reach d3rlpy
     import d3rlpy
 
     cfg = challenger_config("CartPole-v1", "bcq")
     from workers.training import d3rlpy_config
 
     c = d3rlpy_config(d3rlpy.algos.DiscreteBCQConfig, cfg.hyperparameters, "t")
-    assert (c.batch_size, c.learning_rate, c.target_update_interval, c.beta) == (32, 1e-3, 1000, 0.1)
-    assert c.encoder_factory.hidden_units == [30, 30]
+    assert (c.learning_rate, c.target_update_interval, c.beta) == (1e-3, 1000, 0.1)  # Scope-RL's CartPole BCQ
+    assert (c.batch_size, c.action_flexibility, c.share_encoder) == (256, 0.9, False)  # deltarl's changes
+    assert c.encoder_factory.hidden_units == [30, 30] and type(c.observation_scaler).__name__ == "StandardObservationScaler"
     assert challenger_config("CartPole-v1", "bcq", steps=77).steps == 77
 
 

@@ -1,0 +1,65 @@
+"""Grids: expansion (coupled settings, validation) and ≥ 6 short campaigns run concurrently as
+Ray tasks into one table and one MLflow experiment."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from orchestrator.grid import GridError, expand, load_grid, run_grid
+
+BAL = "python:workers.examples:cartpole_balancer"
+
+
+def grid_file(tmp_path, axes: str, extra_base: str = "") -> dict:
+    p = tmp_path / "g.yaml"
+    p.write_text(f"""
+name: g
+output: {tmp_path / 'out'}
+base:
+  scenario: CartPole-v1
+  aut: "{BAL}"
+  safety: {{fuzzer: random, budget: {{episodes: 32}}, generation_size: 16}}
+{extra_base}
+axes:
+{axes}
+""")
+    return load_grid(p)
+
+
+def test_expansion_crosses_axes_and_couples_mapping_values(tmp_path):
+    g = grid_file(tmp_path, """  env:
+    - {scenario: CartPole-v1, aut: "python:workers.examples:cartpole_balancer"}
+    - {scenario: MountainCar-v0, aut: "python:workers.examples:mountaincar_energy"}
+  safety.fuzzer: [random, curefuzz, gmt]
+  seed: [0, 1]""")
+    pts = expand(g)
+    assert len(pts) == 12
+    scen = {(c.scenario, c.aut) for _, c in pts}
+    assert scen == {("CartPole-v1", BAL), ("MountainCar-v0", "python:workers.examples:mountaincar_energy")}
+    assert len({c.output for _, c in pts}) == 12 and all(c.workers == 0 for _, c in pts)
+    with pytest.raises(GridError, match="safety.fuzzer: unknown fuzzer 'afl'"):
+        expand(grid_file(tmp_path, "  safety.fuzzer: [random, afl]"))
+
+
+def test_a_grid_of_six_campaigns_runs_into_one_table(tmp_path, ray_cluster):
+    import mlflow
+
+    g = grid_file(tmp_path, """  safety.fuzzer: [random, curefuzz, mdpfuzz]
+  seed: [0, 1]""", extra_base="  optimality: {challenger: 'random:3', budget: {episodes: 16}, generation_size: 8}")
+    df = run_grid(g, progress=False)
+    assert len(df) == 6 and (df["status"] == "done").all()
+    assert set(df["safety.fuzzer"]) == {"random", "curefuzz", "mdpfuzz"} and set(df["seed"]) == {0, 1}
+    assert (df["safety_episodes"] == 32).all() and (df["cases"] == 16).all()
+    table = pd.read_parquet(tmp_path / "out" / "results.parquet")
+    assert table["failures"].tolist() == df["failures"].tolist()
+    client = mlflow.MlflowClient(f"sqlite:///{(tmp_path / 'out' / 'mlflow.db').resolve()}")
+    exp = client.get_experiment_by_name("g")
+    runs = client.search_runs([exp.experiment_id], max_results=100)
+    assert len(runs) == 12  # safety + optimality of each campaign, one experiment
+    assert {r.data.tags["deltarl.phase"] for r in runs} == {"safety", "optimality"}
+    # running the grid again skips what finished
+    mtime = (tmp_path / "out" / "g-000" / "results.json").stat().st_mtime
+    again = run_grid(g, progress=False)
+    assert again["failures"].tolist() == df["failures"].tolist()
+    assert (tmp_path / "out" / "g-000" / "results.json").stat().st_mtime == mtime
