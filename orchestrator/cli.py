@@ -36,8 +36,10 @@ def _bad_input_types() -> tuple:
     from orchestrator.fuzzers import FuzzerError
     from workers.training import TrainingError
     from orchestrator.grid import GridError
+    from orchestrator.jobs import JobError
 
-    return (ScenarioError, StoreError, PolicyError, TrainingError, CampaignError, FuzzerError, GridError, UsageError)
+    return (ScenarioError, StoreError, PolicyError, TrainingError, CampaignError, FuzzerError, GridError, JobError,
+            UsageError)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -258,6 +260,14 @@ def cmd_run(args) -> int:
             raise UsageError(f"--resume {run_dir}: not a campaign run folder (no campaign.json)")
         campaign = campaign_from_dict(json.loads((run_dir / "campaign.json").read_text()), str(run_dir / "campaign.json"))
         campaign.output = str(run_dir)
+    elif args.campaign_env:  # a Ray Job: the resolved campaign comes in the job's environment
+        if not os.environ.get(args.campaign_env):
+            raise UsageError(f"--campaign-env {args.campaign_env}: the variable is not set")
+        campaign = campaign_from_dict(json.loads(os.environ[args.campaign_env]), args.campaign_env)
+        if args.out:
+            campaign.output = args.out
+        if (Path(campaign.output) / "campaign.json").is_file():  # a resubmitted or retried job continues
+            args.resume = campaign.output
     else:
         if not args.campaign:
             raise UsageError("give a campaign file (deltarl run CAMPAIGN.yaml) or --resume RUN_DIR")
@@ -283,6 +293,45 @@ def cmd_grid(args) -> int:
     out = Path(grid["output"])
     print(f"table   {out / 'results.parquet'}\nMLflow  mlflow ui --backend-store-uri sqlite:///{out.resolve() / 'mlflow.db'}")
     return 0 if (df["status"] == "done").all() else 1
+
+
+def cmd_submit(args) -> int:
+    from orchestrator import jobs
+    from orchestrator.campaign import load_campaign
+
+    campaign = load_campaign(args.campaign, output=args.out)
+    job_id = jobs.submit(campaign, address=args.address, submission_id=args.id, num_gpus=args.num_gpus)
+    print(f"submitted {job_id} ({campaign.name}) to {jobs.dashboard_address(args.address)}\n"
+          f"  output  {campaign.output}\n  logs    deltarl logs {job_id}\n  stop    deltarl stop {job_id}")
+    if args.wait:
+        s = jobs.wait(job_id, args.address)
+        print(f"{job_id}: {s}")
+        return 0 if s == "SUCCEEDED" else 1
+    return 0
+
+
+def cmd_jobs(args) -> int:
+    from orchestrator import jobs
+
+    rows = jobs.list_jobs(args.address)
+    print("| job | status | campaign | output |\n|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['job_id']} | {r['status']} | {r['campaign']} | {r['output']} |")
+    return 0
+
+
+def cmd_logs(args) -> int:
+    from orchestrator import jobs
+
+    print(jobs.logs(args.job_id, args.address), end="")
+    return 0
+
+
+def cmd_stop(args) -> int:
+    from orchestrator import jobs
+
+    print(f"{args.job_id}: {'stop requested' if jobs.stop(args.job_id, args.address) else 'already ended'}")
+    return 0
 
 
 def cmd_replay(args) -> int:
@@ -507,8 +556,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("campaign", nargs="?", help="campaign YAML file")
     p.add_argument("--out", default=None, help="run folder (overrides the campaign's output)")
     p.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue the campaign in RUN_DIR")
+    p.add_argument("--campaign-env", metavar="VAR", default=None,
+                   help="read the campaign (JSON) from environment variable VAR (what `deltarl submit` jobs do)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_run)
+
+    addr = {"default": None, "help": "the head's job API, e.g. http://HEAD:8265 (default: RAY_API_SERVER_ADDRESS, "
+                                     "RAY_ADDRESS or http://127.0.0.1:8265)"}
+    p = sub.add_parser("submit", help="submit a campaign to a Ray cluster as a Ray Job",
+                       description="Submit a campaign as a Ray Job: this repository is uploaded as the working "
+                       "directory (gitignored folders stay behind), the job runs `deltarl run` on the cluster, "
+                       "writing to the absolute output folder (--out or the campaign's, made absolute here). "
+                       "With token auth (Ray >= 2.59) set RAY_AUTH_MODE=token and the token "
+                       "(RAY_AUTH_TOKEN or ~/.ray/auth_token).")
+    p.add_argument("campaign", help="campaign YAML file")
+    p.add_argument("--address", **addr)
+    p.add_argument("--out", default=None, help="output folder (absolute, shared by the nodes)")
+    p.add_argument("--id", default=None, help="submission id (default: Ray's)")
+    p.add_argument("--num-gpus", type=float, default=0.0, help="GPUs reserved for the job's driver")
+    p.add_argument("--wait", action="store_true", help="wait for the job to end and print its status")
+    p.set_defaults(func=cmd_submit)
+    p = sub.add_parser("jobs", help="list the Ray Jobs of a cluster")
+    p.add_argument("--address", **addr)
+    p.set_defaults(func=cmd_jobs)
+    p = sub.add_parser("logs", help="print a Ray Job's logs")
+    p.add_argument("job_id")
+    p.add_argument("--address", **addr)
+    p.set_defaults(func=cmd_logs)
+    p = sub.add_parser("stop", help="stop a Ray Job (the campaign resumes from its snapshot when resubmitted)")
+    p.add_argument("job_id")
+    p.add_argument("--address", **addr)
+    p.set_defaults(func=cmd_stop)
 
     p = sub.add_parser("grid", help="expand a grid of campaigns and run them concurrently on Ray",
                        description="Expand GRID.yaml (a base campaign and axes: scenario x method x seed x ...) into "
