@@ -40,6 +40,7 @@ class SafetyState:
     phase: str = "sampling"
     failures: int = 0
     failure_states: list = field(default_factory=list)  # initial states of failing episodes
+    rollout_seconds: float = 0.0  # wall time spent waiting for rollouts (the rest is overhead)
     timeline: list = field(default_factory=list)  # one row per generation
 
 
@@ -177,7 +178,9 @@ def run_safety(campaign, *, resume: bool = False, progress: bool = True) -> dict
             proposal = fuzzer.propose(n)
             states = scenario.validate(proposal.states)
             gen_seed = campaign.seed * 1_000_003 + st.generation
+            t_roll = time.perf_counter()
             result = executor.run(states, seed=gen_seed)
+            st.rollout_seconds += time.perf_counter() - t_roll
             fuzzer.observe(proposal, Feedback.from_result(result))
             st.elapsed = time.perf_counter() - t_start
             store.write(result, phase=st.phase, fuzzer=spec.fuzzer, iteration=st.generation,
@@ -232,6 +235,7 @@ def summarize(run_dir: Path, scenario, st: SafetyState, campaign) -> dict:
         "sampling_episodes": st.sampling_episodes,
         "generations": st.generation,
         "wall_seconds": st.elapsed,
+        "rollout_seconds": getattr(st, "rollout_seconds", 0.0),
         "failures": st.failures,
         "distinct_failures": distinct,
         "grid_intervals": scenario.grid_intervals,
