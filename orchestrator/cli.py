@@ -272,6 +272,13 @@ def cmd_run(args) -> int:
         if not args.campaign:
             raise UsageError("give a campaign file (deltarl run CAMPAIGN.yaml) or --resume RUN_DIR")
         campaign = load_campaign(args.campaign, output=args.out)
+    if (campaign.workers > 0 or campaign.challenger is not None) and not args.no_dashboard \
+            and os.environ.get("DELTARL_DASHBOARD", "1") != "0":
+        from orchestrator.driver import start_ray
+
+        start_ray(num_cpus=max(campaign.workers, os.cpu_count() or 1), dashboard=True)
+        if not args.quiet:
+            print("Ray dashboard: http://127.0.0.1:8265 (actors, jobs, logs, metrics)", file=sys.stderr)
     results = run_campaign(campaign, resume=bool(args.resume), progress=not args.quiet)
     print(f"{campaign.name}: {campaign.scenario}, AUT {campaign.aut}\n")
     print(summary_table(results))
@@ -556,6 +563,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("campaign", nargs="?", help="campaign YAML file")
     p.add_argument("--out", default=None, help="run folder (overrides the campaign's output)")
     p.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue the campaign in RUN_DIR")
+    p.add_argument("--no-dashboard", action="store_true",
+                   help="no Ray dashboard (by default it runs on 127.0.0.1:8265 while the campaign uses Ray)")
     p.add_argument("--campaign-env", metavar="VAR", default=None,
                    help="read the campaign (JSON) from environment variable VAR (what `deltarl submit` jobs do)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -105,3 +105,36 @@ class RolloutPool:
         for a in self.actors:
             ray.kill(a)
         self.actors = []
+
+
+class CampaignMetrics:
+    """Campaign progress as Ray custom metrics (``ray.util.metrics``, exported to Prometheus and
+    shown by the dashboard's metrics view): ``deltarl_episodes`` (counter), ``deltarl_failures``
+    and ``deltarl_bugs`` (gauges), tagged with the campaign and the phase. A no-op when Ray is not
+    running (in-process campaigns)."""
+
+    def __init__(self, campaign: str, phase: str):
+        self.tags = {"campaign": campaign, "phase": phase}
+        self.on = False
+        try:
+            import ray
+            from ray.util.metrics import Counter, Gauge
+
+            if ray.is_initialized():
+                keys = ("campaign", "phase")
+                self.episodes = Counter("deltarl_episodes", description="episodes run", tag_keys=keys)
+                self.failures = Gauge("deltarl_failures", description="safety failures so far", tag_keys=keys)
+                self.bugs = Gauge("deltarl_bugs", description="optimality bugs so far", tag_keys=keys)
+                self.on = True
+        except Exception:  # noqa: BLE001 - metrics are an aid, never a reason to stop a campaign
+            self.on = False
+
+    def update(self, episodes: int = 0, failures: int | None = None, bugs: int | None = None) -> None:
+        if not self.on:
+            return
+        if episodes:
+            self.episodes.inc(episodes, tags=self.tags)
+        if failures is not None:
+            self.failures.set(failures, tags=self.tags)
+        if bugs is not None:
+            self.bugs.set(bugs, tags=self.tags)

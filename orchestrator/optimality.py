@@ -126,6 +126,9 @@ def run_optimality(campaign, *, resume: bool = False, progress: bool = True) -> 
                                          "fuzzer": spec.fuzzer, "oracle": oracle.kind})
     executor = _Executor(campaign, scenario, {"aut": campaign.aut, "challenger": ca_uri})
     hashes = executor.policy_hashes
+    from orchestrator.driver import CampaignMetrics
+
+    ray_metrics = CampaignMetrics(campaign.name, PHASE)
     names = list(scenario.state_names)
     bar = tqdm(total=budget_n or budget_s, initial=st.cases if budget_n else st.elapsed,
                unit="case" if budget_n else "s", desc=f"optimality {spec.fuzzer} {scenario.name}",
@@ -172,6 +175,7 @@ def run_optimality(campaign, *, resume: bool = False, progress: bool = True) -> 
             if mlrun:
                 tracking.log_metrics(mlrun, {k: v for k, v in row.items() if k not in ("generation", "phase")},
                                      step=st.cases)
+            ray_metrics.update(episodes=2 * n * oracle.repeats, bugs=m["bugs"])
             bar.update(n if budget_n else st.elapsed - bar.n)
             bar.set_postfix(bugs=m["bugs"], distinct=m["distinct_bugs"], phase=st.phase)
     except BaseException:

@@ -56,7 +56,7 @@ def summary_table(results: dict) -> str:
     root = Path(results["output"])
     files = [f"run folder        {root}",
              f"episodes (D)      {root / 'steps'}/*.parquet, {root / 'episodes'}/*.parquet"]
-    if o:
+    if o and o["bugs"]:
         files.append(f"bugs              {root / 'bugs.parquet'}  (deltarl replay {root} BUG_ID)")
     files += [f"summary           {root / 'results.json'}",
               f"MLflow            mlflow ui --backend-store-uri sqlite:///{root.resolve() / 'mlflow.db'}"]

@@ -167,6 +167,9 @@ def run_safety(campaign, *, resume: bool = False, progress: bool = True) -> dict
                                    params={"campaign": campaign.to_dict(), "resume": resume},
                                    tags={"deltarl.kind": "safety", "scenario": scenario.name, "fuzzer": spec.fuzzer})
     executor = _Executor(campaign, scenario)
+    from orchestrator.driver import CampaignMetrics
+
+    ray_metrics = CampaignMetrics(campaign.name, "safety")
     bar = tqdm(total=budget_eps or budget_s, initial=st.episodes if budget_eps else st.elapsed,
                unit="ep" if budget_eps else "s", desc=f"{spec.fuzzer} {scenario.name}", disable=not progress)
     t_start = time.perf_counter() - st.elapsed
@@ -202,6 +205,7 @@ def run_safety(campaign, *, resume: bool = False, progress: bool = True) -> dict
             if mlrun:
                 tracking.log_metrics(mlrun, {k: v for k, v in row.items() if k not in ("generation", "phase")},
                                      step=st.episodes)
+            ray_metrics.update(episodes=k, failures=st.failures)
             bar.update(k if budget_eps else st.elapsed - bar.n)
             bar.set_postfix(failures=st.failures, distinct=distinct, phase=st.phase)
     except BaseException:

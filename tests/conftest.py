@@ -8,6 +8,7 @@ import pytest
 
 # keep Ray's token auth out of the loopback-only test cluster, and keep tests single-threaded
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("DELTARL_DASHBOARD", "0")  # `deltarl run` starts the dashboard by default; not in tests
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
