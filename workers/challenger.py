@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-from workers.training import (TrainingError, _write_checkpoint, d3rlpy_config, evaluate_algo, latest_checkpoint,
+from workers.training import (TrainingError, _write_checkpoint, d3rlpy_config, evaluate_algo, load_checkpoint,
                               quiet_d3rlpy, run_train_job)
 
 ALGOS = ("bc", "bcq", "cql")
@@ -158,19 +158,8 @@ def train_challenger(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     device = cfg.device or ("cuda:0" if torch.cuda.is_available() else "cpu:0")
-    ckpt = latest_checkpoint(out) if resume else None
-    if ckpt is not None:
-        state = json.loads((ckpt / "state.json").read_text())
-        if state["config"]["scenario"] != cfg.scenario or state["config"]["algo"] != cfg.algo:
-            raise TrainingError(f"{out} holds a {state['config']['scenario']} {state['config']['algo']} challenger; "
-                                f"resume it with the same scenario/--algo or choose another --out")
-        algo = d3rlpy.load_learnable(str(ckpt / "model.d3"), device=device)
-        algo._grad_step = int(state["grad_steps"])  # not saved by d3rlpy; target updates depend on it
-    else:
-        if resume:
-            raise TrainingError(f"nothing to resume in {out}: no checkpoints/epoch-* folder")
-        if latest_checkpoint(out) is not None:
-            raise TrainingError(f"{out} already holds a challenger; add --resume to continue it or choose another --out")
+    state, algo, _ = load_checkpoint(out, cfg, resume, device, f"{cfg.algo} challenger")
+    if state is None:
         state = {"config": asdict(cfg), "step": 0, "epoch": 0, "grad_steps": 0, "wall_seconds": 0.0,
                  "transitions": int(dataset.transition_count), "episodes": len(dataset.episodes), "history": []}
         algo = d3rlpy_config(cfg.config_class(scenario.action.discrete), cfg.hyperparameters,

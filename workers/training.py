@@ -167,6 +167,28 @@ def _write_checkpoint(out_dir: Path, epoch: int, algo, buffer, state: dict, keep
     return final
 
 
+def load_checkpoint(out: Path, cfg, resume: bool, device: str, what: str = "run"):
+    """(state, algo) of the newest checkpoint in ``out`` when resuming (its scenario and
+    algorithm checked against ``cfg``), (None, None) for a fresh run; refuses to resume from
+    nothing or to start over a run that exists."""
+    ckpt = latest_checkpoint(out) if resume else None
+    if ckpt is None:
+        if resume:
+            raise TrainingError(f"nothing to resume in {out}: no checkpoints/epoch-* folder")
+        if latest_checkpoint(out) is not None:
+            raise TrainingError(f"{out} already holds a {what}; add --resume to continue it or choose another --out")
+        return None, None, None
+    import d3rlpy
+
+    state = json.loads((ckpt / "state.json").read_text())
+    if state["config"]["scenario"] != cfg.scenario or state["config"]["algo"] != cfg.algo:
+        raise TrainingError(f"{out} holds a {state['config']['scenario']} {state['config']['algo']} {what}; "
+                            f"resume it with the same scenario and algorithm or choose another --out")
+    algo = d3rlpy.load_learnable(str(ckpt / "model.d3"), device=device)
+    algo._grad_step = int(state["grad_steps"])  # d3rlpy does not save it; target updates depend on it
+    return state, algo, ckpt
+
+
 def train_aut(
     cfg: AutTrainConfig,
     out_dir: str | os.PathLike,
@@ -187,15 +209,9 @@ def train_aut(
     device = cfg.device or ("cuda:0" if torch.cuda.is_available() else "cpu:0")
     env = scenario.reference_env()
 
-    ckpt = latest_checkpoint(out) if resume else None
+    state, algo, ckpt = load_checkpoint(out, cfg, resume, device, "training run")
     min_fill = 0  # transitions the buffer must hold before updates (more when refilled on resume)
     if ckpt is not None:
-        state = json.loads((ckpt / "state.json").read_text())
-        if state["config"]["scenario"] != cfg.scenario or state["config"]["algo"] != cfg.algo:
-            raise TrainingError(f"{out} holds a {state['config']['scenario']} {state['config']['algo']} run; "
-                                f"resume it with the same --scenario/--algo or choose another --out")
-        algo = d3rlpy.load_learnable(str(ckpt / "model.d3"), device=device)
-        algo._grad_step = int(state["grad_steps"])  # d3rlpy does not save it; target updates depend on it
         if (ckpt / "buffer.h5").is_file():
             with open(ckpt / "buffer.h5", "rb") as f:
                 buffer = d3rlpy.dataset.ReplayBuffer.load(f, d3rlpy.dataset.FIFOBuffer(cfg.buffer_size))
@@ -203,10 +219,6 @@ def train_aut(
             buffer = d3rlpy.dataset.create_fifo_replay_buffer(limit=cfg.buffer_size, env=env)
             min_fill = max(cfg.warmup_steps, algo.batch_size)
     else:
-        if resume:
-            raise TrainingError(f"nothing to resume in {out}: no checkpoints/epoch-* folder")
-        if latest_checkpoint(out) is not None:
-            raise TrainingError(f"{out} already holds a training run; add --resume to continue it or choose another --out")
         state = {"config": asdict(cfg), "step": 0, "epoch": 0, "grad_steps": 0, "episodes": 0,
                  "wall_seconds": 0.0, "history": []}
         algo = make_algo(cfg, device)
