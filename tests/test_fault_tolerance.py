@@ -71,3 +71,38 @@ def test_a_killed_driver_resumes_without_losing_or_duplicating_episodes(tmp_path
     np.testing.assert_array_equal(ea["return"].to_numpy(), eb["return"].to_numpy())
     np.testing.assert_array_equal(np.stack(ea["initial_state"]), np.stack(eb["initial_state"]))
     assert len(a.read_steps()["rewards"]) == len(b.read_steps()["rewards"])
+
+
+def test_a_rollout_actor_killed_mid_campaign_loses_and_duplicates_nothing(tmp_path, ray_cluster, monkeypatch):
+    """A safety campaign on 2 Ray rollout actors; one is killed (by its handle) while batches are
+    in flight in the second generation. Ray restarts it and reruns its batches: the Parquet
+    record equals the in-process run's, every episode once."""
+    import ray
+
+    from orchestrator import driver
+    from orchestrator.campaign import load_campaign
+    from orchestrator.safety import run_safety
+    from orchestrator.store import RunStore
+
+    real_map = driver.RolloutPool.map
+    calls = {"n": 0, "killed": 0}
+
+    def map_and_kill(self, *a, **k):
+        calls["n"] += 1
+        for i, item in enumerate(real_map(self, *a, **k)):
+            if calls["n"] == 2 and i == 0:
+                ray.kill(self.actors[1], no_restart=False)
+                calls["killed"] += 1
+            yield item
+
+    monkeypatch.setattr(driver.RolloutPool, "map", map_and_kill)
+    text = CAMPAIGN.replace("episodes: 1600", "episodes: 256").replace("generation_size: 16", "generation_size: 64")
+    (tmp_path / "a.yaml").write_text(text.format(out=tmp_path / "ray").replace("workers: 0", "workers: 2"))
+    run_safety(load_campaign(tmp_path / "a.yaml"), progress=False)
+    assert calls["killed"] == 1
+    (tmp_path / "b.yaml").write_text(text.format(out=tmp_path / "local"))
+    run_safety(load_campaign(tmp_path / "b.yaml"), progress=False)
+    ea = RunStore.open(tmp_path / "ray").read_episodes().sort_values(["iteration", "state_index"])
+    eb = RunStore.open(tmp_path / "local").read_episodes().sort_values(["iteration", "state_index"])
+    assert len(ea) == len(eb) == 256 and not ea.duplicated(["iteration", "state_index"]).any()
+    np.testing.assert_array_equal(ea["return"].to_numpy(), eb["return"].to_numpy())
