@@ -109,3 +109,12 @@ def test_corpus_actor_holds_a_corpus(ray_cluster):
     local.load_state_dict(ray.get(actor.state_dict.remote()))
     assert len(local) == 2 and local.scores["ret"].tolist() == [1.0, 3.0]
     ray.kill(actor)
+
+
+def test_campaign_metrics_reach_ray_when_it_runs(ray_cluster):
+    from orchestrator.driver import CampaignMetrics
+
+    m = CampaignMetrics("metrics-test", "safety")
+    assert m.on
+    m.update(episodes=64, failures=3)  # through ray.util.metrics, no error
+    m.update(bugs=2)
