@@ -28,6 +28,14 @@
       budget: {episodes: 1000}     # test cases (initial states, each run by both agents)
       sampling_fraction: 0.1
       generation_size: 64
+    llm:                           # only for LLM-guided fuzzers (llmtester); see workers/llm.py
+      base_url: https://api.openai.com/v1   # any OpenAI-compatible server (vLLM, Ollama, llama.cpp)
+      model: gpt-4o-mini
+      api_key_env: OPENAI_API_KEY  # the NAME of the variable holding the key; never the key
+      requests_per_minute: 60      # shared by all generator actors (one rate-limiter actor)
+      tokens_per_minute: null
+      max_concurrent: 4            # calls in flight
+      actors: 2                    # async LLMGenerator actors
 
 The ``safety`` section may be ``null`` to skip safety testing (e.g. an optimality-only campaign
 with an existing challenger).
@@ -43,6 +51,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from workers.llm import LLMConfig, LLMConfigError
 
 
 class CampaignError(ValueError):
@@ -100,6 +110,7 @@ class Campaign:
     safety: SafetySpec | None = field(default_factory=SafetySpec)
     challenger: ChallengerSpec | None = None
     optimality: OptimalitySpec | None = None
+    llm: LLMConfig | None = None  # the LLM endpoint of LLM-guided fuzzers (llmtester)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -122,7 +133,7 @@ def _build(cls, data: Any, where: str):
     for name, value in data.items():
         path = f"{where}.{name}" if where else name
         sub = {"Budget": Budget, "SafetySpec": SafetySpec, "ChallengerSpec": ChallengerSpec,
-               "OptimalitySpec": OptimalitySpec}.get(str(hints[name]).split(" |")[0])
+               "OptimalitySpec": OptimalitySpec, "LLMConfig": LLMConfig}.get(str(hints[name]).split(" |")[0])
         if sub is not None and value is not None:
             kwargs[name] = _build(sub, value, path)
             continue
@@ -197,6 +208,21 @@ def validate_campaign(c: Campaign) -> None:
         if getattr(fuzzer_class(c.safety.fuzzer), "needs_challenger", False):
             raise CampaignError(f"safety.fuzzer: {c.safety.fuzzer} tests optimality (it needs the challenger); "
                                 f"use it under optimality.fuzzer")
+    from orchestrator.fuzzers import FUZZERS
+
+    for where, spec in (("safety", c.safety), ("optimality", c.optimality)):
+        if spec is not None and spec.fuzzer.lower() in FUZZERS and getattr(
+                fuzzer_class(spec.fuzzer), "needs_llm", False):
+            try:
+                (c.llm or LLMConfig()).check()
+            except LLMConfigError as exc:
+                raise CampaignError(f"{where}.fuzzer: {spec.fuzzer} asks an LLM for new scenarios, but {exc}") from exc
+    if c.llm is not None:
+        try:
+            c.llm.check()
+        except LLMConfigError as exc:
+            if c.llm.resolved().base_url and c.llm.resolved().model:
+                raise CampaignError(f"llm: {exc}") from exc
     if c.safety is None and c.challenger is None and c.optimality is None:
         raise CampaignError("the campaign has no phase: give a safety, challenger or optimality section")
     if c.workers < 0:

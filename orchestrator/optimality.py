@@ -127,6 +127,9 @@ def run_optimality(campaign, *, resume: bool = False, progress: bool = True) -> 
                                    params={"campaign": campaign.to_dict(), "challenger": ca_uri, "resume": resume},
                                    tags={"deltarl.kind": "optimality", "scenario": scenario.name,
                                          "fuzzer": spec.fuzzer, "oracle": oracle.kind})
+    from orchestrator.llm_pool import attach_llm, llm_metrics
+
+    llm_pool = attach_llm(fuzzer, campaign, run_dir)  # LLM-guided fuzzers only
     executor = _Executor(campaign, scenario, {"aut": campaign.aut, "challenger": ca_uri})
     hashes = executor.policy_hashes
     from orchestrator.driver import CampaignMetrics
@@ -171,6 +174,7 @@ def run_optimality(campaign, *, resume: bool = False, progress: bool = True) -> 
             row = {"generation": st.generation, "phase": st.phase, "cases": st.cases, "wall_time": st.elapsed,
                    "bugs": m["bugs"], "distinct_bugs": m["distinct_bugs"],
                    "mean_aut_return": float(r_aut.mean()), "mean_ca_return": float(r_ca.mean())}
+            row.update(llm_metrics(fuzzer))
             st.timeline.append(row)
             st.generation += 1
             if st.bugs:
@@ -189,6 +193,8 @@ def run_optimality(campaign, *, resume: bool = False, progress: bool = True) -> 
     finally:
         bar.close()
         executor.close()
+        if llm_pool is not None:
+            llm_pool.close()
 
     summary = summarize(run_dir, scenario, st, campaign, ca_uri, oracle)
     if mlrun:

@@ -166,6 +166,9 @@ def run_safety(campaign, *, resume: bool = False, progress: bool = True) -> dict
         mlrun = tracking.start_run(run_dir, "safety", f"{campaign.name}-{spec.fuzzer}",
                                    params={"campaign": campaign.to_dict(), "resume": resume},
                                    tags={"deltarl.kind": "safety", "scenario": scenario.name, "fuzzer": spec.fuzzer})
+    from orchestrator.llm_pool import attach_llm, llm_metrics
+
+    llm_pool = attach_llm(fuzzer, campaign, run_dir)  # LLM-guided fuzzers only
     executor = _Executor(campaign, scenario)
     from orchestrator.driver import CampaignMetrics
 
@@ -199,6 +202,7 @@ def run_safety(campaign, *, resume: bool = False, progress: bool = True) -> dict
             row = {"generation": st.generation, "phase": st.phase, "episodes": st.episodes, "wall_time": st.elapsed,
                    "failures": st.failures, "distinct_failures": distinct,
                    "mean_return": float(result.returns.mean())}
+            row.update(llm_metrics(fuzzer))
             st.timeline.append(row)
             st.generation += 1
             _snapshot(run_dir, fuzzer, st, store)
@@ -215,6 +219,8 @@ def run_safety(campaign, *, resume: bool = False, progress: bool = True) -> dict
     finally:
         bar.close()
         executor.close()
+        if llm_pool is not None:
+            llm_pool.close()
 
     summary = summarize(run_dir, scenario, st, campaign)
     if mlrun:

@@ -15,6 +15,7 @@ _REGISTRY = {
     "mdpfuzz": "orchestrator.fuzzers.mdpfuzz:MDPFuzz",
     "curefuzz": "orchestrator.fuzzers.curefuzz:CureFuzz",
     "gmt": "orchestrator.fuzzers.gmt:GMT",
+    "llmtester": "orchestrator.fuzzers.llmtester:LLMTester",  # needs an LLM endpoint (campaign `llm:`)
     "delta": "orchestrator.fuzzers.delta:Delta",  # optimality testing only (needs the challenger)
 }
 FUZZERS = tuple(_REGISTRY)

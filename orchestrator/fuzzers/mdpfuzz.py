@@ -382,9 +382,10 @@ class MDPFuzz(Fuzzer):
             raise ValueError(f"propose: n must be >= 0, got {n}")
         sc = self.scenario
         twin_scale = self.twin_scale if self.twin_scale is not None else self.mutation_scale
-        states, kinds, pairs, parents, parent_ret, delta = [], [], [], [], [], []
+        states, kinds, pairs, parents, parent_ret, delta, operators = [], [], [], [], [], [], []
 
-        def emit(s, kind, pair, parent=-1, pret=np.nan, dn=np.nan):
+        def emit(s, kind, pair, parent=-1, pret=np.nan, dn=np.nan, op=""):
+            operators.append(op)
             states.append(s)
             kinds.append(kind)
             pairs.append(pair)
@@ -419,20 +420,27 @@ class MDPFuzz(Fuzzer):
         elif r > 0:
             idx = self.corpus.select(self.rng, r)
             parent_states = self.corpus.states[idx]
-            mutants = sc.mutate(parent_states, self.rng, self.mutation_scale)
             ids = self.corpus.ids[idx]
             rets = self.corpus.scores["return"][idx]
+            mutants, ops = self._mutate_parents(parent_states, ids, rets)
             dn = self._delta_norm(mutants, parent_states)
             for i in range(r):
-                emit(mutants[i], "mutant", self._new_pair(), int(ids[i]), float(rets[i]), float(dn[i]))
+                emit(mutants[i], "mutant", self._new_pair(), int(ids[i]), float(rets[i]), float(dn[i]), ops[i])
             if self.budget_per_seed is not None:
                 self._spend_budget(idx)
         st = np.asarray(states, dtype=np.float64).reshape(-1, sc.state_dim)
         tags = {"kind": np.asarray(kinds, dtype="<U6"), "pair": np.asarray(pairs, dtype=np.int64),
                 "parent": np.asarray(parents, dtype=np.int64),
                 "parent_return": np.asarray(parent_ret, dtype=np.float64),
-                "delta_norm": np.asarray(delta, dtype=np.float64)}
+                "delta_norm": np.asarray(delta, dtype=np.float64),
+                "operator": np.asarray(operators, dtype="<U16")}
         return Proposal(sc.validate(st) if st.shape[0] else st, tags)
+
+    def _mutate_parents(self, parent_states: np.ndarray, ids: np.ndarray, returns: np.ndarray):
+        """The mutation operator: mutants of the selected parents and, per mutant, the name of
+        the operator that made it (MDPFuzz: the scenario's small Gaussian mutation)."""
+        mutants = self.scenario.mutate(parent_states, self.rng, self.mutation_scale)
+        return mutants, ["gaussian"] * len(mutants)
 
     def _new_pair(self) -> int:
         p = self._next_pair

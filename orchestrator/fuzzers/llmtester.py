@@ -1,0 +1,230 @@
+"""LLMTester (paper: "Exploring Critical Testing Scenarios for Decision-Making Policies: An LLM
+Approach"): an LLM proposes more critical scenarios from a seed, testing feedback and expert
+experience; a multi-scale strategy leaves the near-failure seeds to small random mutations.
+
+The paper's framework, as deltarl runs it (``n = 1`` is the serial algorithm):
+
+*Scenario database and evaluation* (Sec. III-A). The paper recommends MDPFuzz's evaluation, so
+LLMTester is MDPFuzz with another mutation operator: the database is sampled from the
+environment's reset distribution with a perturbed twin per seed; a seed is selected with
+probability ∝ its sensitivity ρ = |r_seed − r_δ| (Eq. 1); a new scenario that does not fail is
+kept when it lowers the return or its trajectory is fresh under the GMMs; failures are results.
+
+*Multi-scale generation* (Sec. III-C, Algorithm 1, Eqs. 3-6). The potential of a scenario is
+P(s) = −r_s. A selected seed whose potential is in the top ``alpha`` percent of the database
+(P_s ≥ Percentile(P_D, 100 − α) and above the lowest potential, the high-potential set H) gets a random mutation
+s + U(−a, a) (a = ``amplitude`` × the width of each dimension's bounds, clipped to the
+bounds); every other seed goes to the LLM: s_new = G_env(s_seed, F, E) (Eq. 2). After each new
+failure the failure rate f' of the tests so far is compared with f, the rate when α last
+changed: α ← αβ when f' < (1 − δ) f, α ← α / β when f' > (1 + δ) f (Eq. 6; f is set at the
+first failure). ``multi_scale = False`` is the paper's "ours w/o ms" ablation (LLM only).
+
+*LLM-based generator* (Sec. III-B). The prompt is ``orchestrator.llm_prompt``'s template; the
+reply's ``NEW_STATE`` is parsed and validated. Bad cases become the testing feedback F of later
+prompts (the last ``feedback_size``): *insufficient challenge* (r_new − r_seed > ``t_r``),
+*invalidity* (a reply without a usable state, or a state outside the bounds) and *excessive
+modification* (‖s_new − s_seed‖ > ``t_s``, the norm in units of each dimension's width). A
+reply that gives no valid state, or a call that failed after its retries, still spends its test:
+the seed gets the random mutation instead (operator ``llm_fallback``), so a bad reply costs a
+call, never the campaign.
+
+The LLM itself is outside: :meth:`LLMTester.attach_llm` takes a function from a list of
+requests (``request_id``, ``messages``) to a list of replies (``LLMReply.to_dict()``); a
+campaign attaches ``orchestrator.llm_pool``'s pool of rate-limited Ray actors. Replies of a
+real model are not reproducible; everything else (selection, random mutations, α) is drawn
+from ``self.rng`` and snapshotted as for every fuzzer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+from envs.base import Scenario
+from orchestrator.fuzzers.base import Feedback, Proposal
+from orchestrator.fuzzers.mdpfuzz import MDPFuzz
+from orchestrator.llm_prompt import ReplyError, ScenarioInfo, build_messages, parse_reply, state_json
+
+LLM_COUNTERS = ("llm_calls", "llm_ok", "llm_failed", "llm_unparseable", "llm_invalid", "llm_excessive",
+                "llm_insufficient", "llm_fallbacks", "random_mutations", "llm_prompt_tokens",
+                "llm_completion_tokens", "fuzz_tests", "fuzz_failures", "alpha_updates")
+
+
+class LLMNotAttachedError(RuntimeError):
+    """The fuzzer was asked for LLM mutations without an LLM attached."""
+
+
+class LLMTester(MDPFuzz):
+    """LLMTester: MDPFuzz's database and evaluation, LLM generation with multi-scale mutation."""
+
+    name = "llmtester"
+    needs_llm = True
+
+    def __init__(self, scenario: Scenario, seed: int = 0, *, alpha: float = 20.0, beta: float = 0.5,
+                 delta: float = 0.1, amplitude: float | None = None, multi_scale: bool = True, t_r: float = 0.0,
+                 t_s: float = 0.5, feedback_size: int = 5, expert: list | None = None, **mdpfuzz_params):
+        super().__init__(scenario, seed=seed, **mdpfuzz_params)
+        self.alpha = float(alpha)  # percent of the database counted as high-potential
+        self.beta = float(beta)
+        self.delta = float(delta)
+        self.amplitude = float(scenario.mutation_scale if amplitude is None else amplitude)
+        self.multi_scale = bool(multi_scale)
+        self.t_r = float(t_r)
+        self.t_s = float(t_s)
+        self.feedback_size = int(feedback_size)
+        for name, ok in (("alpha", 0.0 <= self.alpha <= 100.0), ("beta", 0.0 < self.beta < 1.0),
+                         ("delta", 0.0 <= self.delta < 1.0), ("amplitude", 0.0 <= self.amplitude < math.inf),
+                         ("t_s", self.t_s > 0), ("feedback_size", self.feedback_size >= 0),
+                         ("t_r", math.isfinite(self.t_r))):
+            if not ok:
+                raise ValueError(f"llmtester: {name} has an impossible value {getattr(self, name)!r} "
+                                 f"(alpha in [0, 100], beta in (0, 1), delta in [0, 1), t_s > 0)")
+        self.info = ScenarioInfo.load(scenario)
+        self.expert = list(self.info.expert if expert is None else expert)
+        self._generate = None
+        self._bad: deque = deque(maxlen=max(1, self.feedback_size))
+        self._last_rate: float | None = None
+        self._counters.update({k: 0 for k in LLM_COUNTERS})
+        self._gen = 0
+
+    # -- the LLM, attached by the campaign ------------------------------------------------------
+    def attach_llm(self, generate) -> None:
+        """``generate(requests) -> replies``: requests are dicts with ``request_id`` and
+        ``messages``; replies are ``LLMReply.to_dict()`` dicts in the same order."""
+        self._generate = generate
+
+    # -- Algorithm 1: multi-scale generation ----------------------------------------------------
+    def high_potential(self, returns: np.ndarray) -> np.ndarray:
+        """Which of the seeds (by their returns) are in H: P_s ≥ Percentile(P_D, 100 − α)."""
+        returns = np.asarray(returns, dtype=np.float64)
+        if not self.multi_scale or self.alpha <= 0 or len(self.corpus) == 0:
+            return np.zeros(returns.shape, dtype=bool)
+        potentials = -np.asarray(self.corpus.scores["return"], dtype=np.float64)
+        threshold = np.percentile(potentials, 100.0 - self.alpha)
+        # ties: a seed with the database's lowest potential is never high-potential (a database
+        # whose returns are all equal has no near-failure scenario to refine)
+        return (-returns >= threshold) & (-returns > potentials.min())
+
+    def random_mutation(self, states: np.ndarray) -> np.ndarray:
+        """Eq. 5's small-scale branch: s + U(−a, a) per dimension, kept inside the bounds
+        (integer-valued scenarios use their own mutation operator)."""
+        sc = self.scenario
+        if type(sc).mutate is not Scenario.mutate:
+            return sc.mutate(states, self.rng, self.amplitude)
+        a = self.amplitude * (sc.high - sc.low)
+        return np.clip(states + self.rng.uniform(-1.0, 1.0, size=states.shape) * a, sc.low, sc.high)
+
+    def _mutate_parents(self, parent_states, ids, returns):
+        high = self.high_potential(returns)
+        out = np.array(parent_states, dtype=np.float64, copy=True)
+        ops = np.full(len(out), "random", dtype="<U16")
+        # random mutation for every seed first (one draw per generation, fallback included), so the
+        # RNG stream does not depend on what the LLM replies
+        randomized = self.random_mutation(out) if len(out) else out
+        llm_rows = np.flatnonzero(~high)
+        if llm_rows.size:
+            if self._generate is None:
+                raise LLMNotAttachedError("llmtester needs an LLM: the campaign attaches one from its `llm:` section "
+                                          "(base_url, model); in code call fuzzer.attach_llm(generate)")
+            feedback = list(self._bad)
+            requests = [{"request_id": f"g{self._gen}-r{j}-seed{int(ids[i])}",
+                         "messages": build_messages(self.scenario, self.info, parent_states[i], float(returns[i]),
+                                                    feedback, self.expert)} for j, i in enumerate(llm_rows)]
+            replies = self._generate(requests)
+            if len(replies) != len(requests):
+                raise RuntimeError(f"llmtester: asked {len(requests)} generations, got {len(replies)} replies")
+            self._counters["llm_calls"] += len(requests)
+            for i, reply in zip(llm_rows, replies):
+                self._counters["llm_prompt_tokens"] += int(reply.get("prompt_tokens") or 0)
+                self._counters["llm_completion_tokens"] += int(reply.get("completion_tokens") or 0)
+                state = self._accept_reply(reply, parent_states[i])
+                if state is None:
+                    self._counters["llm_fallbacks"] += 1
+                    out[i], ops[i] = randomized[i], "llm_fallback"
+                else:
+                    out[i], ops[i] = state, "llm"
+        rand_rows = np.flatnonzero(high)
+        out[rand_rows] = randomized[rand_rows]
+        self._counters["random_mutations"] += int(rand_rows.size)
+        self._gen += 1
+        return out, list(ops)
+
+    def _accept_reply(self, reply: dict, seed_state: np.ndarray):
+        """The reply's state, or None (the bad case is recorded as feedback)."""
+        if not reply.get("ok"):
+            self._counters["llm_failed"] += 1
+            return None
+        self._counters["llm_ok"] += 1
+        try:
+            state = parse_reply(reply.get("text", ""), self.scenario)
+        except ReplyError as exc:
+            key = "llm_invalid" if str(exc).startswith("invalid scenario") else "llm_unparseable"
+            self._counters[key] += 1
+            self._bad.append(f"Invalidity: for seed {state_json(self.scenario, seed_state)} your reply was "
+                             f"unusable: {exc}.")
+            return None
+        moved = float(self._delta_norm(state, seed_state)[0])
+        if moved > self.t_s:
+            self._counters["llm_excessive"] += 1
+            self._bad.append(f"Excessive modification: from seed {state_json(self.scenario, seed_state)} you "
+                             f"proposed {state_json(self.scenario, state)}, a change of {moved:.3g} (in units of "
+                             f"the valid ranges) > {self.t_s:g}; stay closer to the seed.")
+        return state
+
+    # -- observing: bad cases of the LLM's scenarios, adaptive threshold ------------------------
+    def observe(self, proposal: Proposal, feedback: Feedback) -> None:
+        super().observe(proposal, feedback)
+        tags = proposal.tags
+        returns = np.asarray(feedback.returns, dtype=np.float64)
+        failure = np.asarray(feedback.failure, dtype=bool)
+        for i in np.flatnonzero(tags["kind"] == "mutant"):
+            self._counters["fuzz_tests"] += 1
+            if tags["operator"][i] == "llm" and not failure[i]:
+                gain = returns[i] - tags["parent_return"][i]
+                if gain > self.t_r:
+                    self._counters["llm_insufficient"] += 1
+                    self._bad.append(
+                        f"Insufficient challenge: the scenario {state_json(self.scenario, proposal.states[i])} "
+                        f"raised the policy's reward from {tags['parent_return'][i]:.4g} to {returns[i]:.4g}; "
+                        f"modify the seed so the reward falls.")
+            if failure[i]:
+                self._counters["fuzz_failures"] += 1
+                if self.multi_scale:
+                    self._update_alpha()
+
+    def _update_alpha(self) -> None:
+        """Algorithm 1's Update_parameters (Eq. 6), after a new failure."""
+        rate = self._counters["fuzz_failures"] / max(1, self._counters["fuzz_tests"])
+        if self._last_rate is None:
+            self._last_rate = rate
+        elif rate < (1.0 - self.delta) * self._last_rate:
+            self.alpha *= self.beta
+            self._last_rate = rate
+            self._counters["alpha_updates"] += 1
+        elif rate > (1.0 + self.delta) * self._last_rate:
+            self.alpha = min(100.0, self.alpha / self.beta)
+            self._last_rate = rate
+            self._counters["alpha_updates"] += 1
+
+    # -- reporting and snapshots ---------------------------------------------------------------
+    def stats(self) -> dict:
+        out = super().stats()
+        out["alpha"] = self.alpha
+        out["last_failure_rate"] = float("nan") if self._last_rate is None else self._last_rate
+        out["llm_share"] = (self._counters["llm_calls"] / max(1, self._counters["fuzz_tests"]))
+        return out
+
+    def state_dict(self) -> dict:
+        d = super().state_dict()
+        d["llmtester"] = {"alpha": self.alpha, "last_rate": self._last_rate, "bad": list(self._bad), "gen": self._gen}
+        return d
+
+    def load_state_dict(self, state: dict) -> None:
+        super().load_state_dict(state)
+        mine = state["llmtester"]
+        self.alpha = float(mine["alpha"])
+        self._last_rate = mine["last_rate"]
+        self._bad = deque(mine["bad"], maxlen=max(1, self.feedback_size))
+        self._gen = int(mine["gen"])

@@ -1,0 +1,194 @@
+"""LLM calls for a campaign: rate-limited generator actors on Ray, or one in this process.
+
+    pool = make_llm_pool(config, run_dir, use_ray=True)
+    replies = pool.generate([{"request_id": "g0-r0", "messages": [...]}, ...])   # in order
+
+On Ray: one named ``RateLimiter`` actor (``llm_rate_limiter`` in the campaign's namespace,
+``num_cpus=0``, async) shared by ``config.actors`` async ``LLMGenerator`` actors; requests are
+dealt round-robin and awaited together, so up to ``max_concurrent`` calls are in flight while
+the limiter holds requests/min and tokens/min for all of them. Without Ray (``workers: 0``
+campaigns, tests) the same classes run on an event loop in a background thread.
+
+Every request and reply is kept for audit: ``<run>/llm/calls-NNNNNN.parquet`` (one file per
+batch, written whole): request id, prompt messages (JSON), reply text, ok, error, HTTP status,
+attempts, tokens, latency, waits. The API key is read from the environment by whoever makes the
+call and handed to Ray actors through a method call; it is in no file, log line or parameter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+
+from workers.llm import LLMConfig, LLMFatalError, LLMGenerator, RateLimiter
+
+
+class AuditLog:
+    """Parquet files of every prompt and reply under ``directory`` (one file per batch)."""
+
+    def __init__(self, directory: Path | None):
+        self.directory = None if directory is None else Path(directory)
+        existing = sorted(self.directory.glob("calls-*.parquet")) if self.directory and self.directory.is_dir() else []
+        self.batch = int(existing[-1].stem.split("-")[1]) + 1 if existing else 0
+
+    def write(self, requests: list[dict], replies: list[dict]) -> None:
+        if self.directory is None or not requests:
+            return
+        import pyarrow as pa
+
+        from orchestrator.store import atomic_write_table
+
+        self.directory.mkdir(parents=True, exist_ok=True)
+        rows = []
+        for req, rep in zip(requests, replies):
+            row = {k: rep.get(k) for k in ("request_id", "ok", "text", "error", "status", "attempts", "prompt_tokens",
+                                            "completion_tokens", "latency_s", "waited_s", "started_at", "model")}
+            row["batch"] = self.batch
+            row["messages"] = json.dumps(req["messages"])
+            rows.append(row)
+        atomic_write_table(self.directory / f"calls-{self.batch:06d}.parquet", pa.Table.from_pylist(rows))
+        self.batch += 1
+
+
+class _PoolBase:
+    def __init__(self, config: LLMConfig, audit_dir: Path | None):
+        self.config = config.check()
+        self.audit = AuditLog(audit_dir)
+        self.totals = {"llm_requests": 0, "llm_errors": 0, "llm_attempts": 0, "llm_prompt_tokens": 0,
+                       "llm_completion_tokens": 0, "llm_latency_s": 0.0}
+
+    def generate(self, requests: list[dict]) -> list[dict]:
+        if not requests:
+            return []
+        replies = self._generate(requests)
+        self.audit.write(requests, replies)
+        for r in replies:
+            self.totals["llm_requests"] += 1
+            self.totals["llm_errors"] += int(not r["ok"])
+            self.totals["llm_attempts"] += int(r["attempts"])
+            self.totals["llm_prompt_tokens"] += int(r["prompt_tokens"])
+            self.totals["llm_completion_tokens"] += int(r["completion_tokens"])
+            self.totals["llm_latency_s"] += float(r["latency_s"])
+        return replies
+
+    __call__ = generate
+
+    def stats(self) -> dict:
+        return dict(self.totals)
+
+
+class LocalLLMPool(_PoolBase):
+    """One generator and its limiter on an event loop in a background thread (no Ray)."""
+
+    def __init__(self, config: LLMConfig, audit_dir: Path | None = None):
+        super().__init__(config, audit_dir)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="deltarl-llm", daemon=True)
+        self._thread.start()
+        self.limiter = RateLimiter(self.config.requests_per_minute, self.config.tokens_per_minute,
+                                   self.config.max_concurrent)
+        self.generator = LLMGenerator(self.config, self.limiter)
+
+    def _generate(self, requests):
+        async def run_all():
+            return await asyncio.gather(*(self.generator.chat(r["messages"], r["request_id"]) for r in requests))
+
+        return asyncio.run_coroutine_threadsafe(run_all(), self._loop).result()
+
+    def close(self) -> None:
+        if self._loop.is_running():
+            asyncio.run_coroutine_threadsafe(self.generator.close(), self._loop).result(timeout=10)
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+
+
+def rate_limiter_actor(config: LLMConfig, name: str = "llm_rate_limiter", namespace: str | None = None):
+    """The campaign's shared limiter actor (created once; later calls get the same one)."""
+    import ray
+
+    cls = ray.remote(num_cpus=0, max_concurrency=1000)(RateLimiter)
+    return cls.options(name=name, namespace=namespace, get_if_exists=True, lifetime=None).remote(
+        config.requests_per_minute, config.tokens_per_minute, config.max_concurrent)
+
+
+def generator_actors(config: LLMConfig, limiter, n: int | None = None) -> list:
+    """``n`` async LLMGenerator actors sharing ``limiter``; the API key handed over by a method call."""
+    import ray
+
+    cls = ray.remote(num_cpus=0, max_concurrency=max(16, 4 * config.max_concurrent))(LLMGenerator)
+    actors = [cls.remote(config.to_dict(), limiter, seed=i) for i in range(n or config.actors)]
+    key = config.api_key()
+    ray.get([a.set_api_key.remote(key) for a in actors])
+    return actors
+
+
+class RayLLMPool(_PoolBase):
+    """``config.actors`` generator actors behind one named rate-limiter actor."""
+
+    def __init__(self, config: LLMConfig, audit_dir: Path | None = None, namespace: str | None = None,
+                 limiter_name: str | None = None):
+        super().__init__(config, audit_dir)
+        import ray
+
+        from orchestrator.driver import start_ray
+
+        start_ray()
+        self._ray = ray
+        self.limiter_name = limiter_name or f"llm_rate_limiter-{time.time_ns()}"
+        self.limiter = rate_limiter_actor(self.config, self.limiter_name, namespace)
+        self.actors = generator_actors(self.config, self.limiter)
+
+    def _generate(self, requests):
+        refs = [self.actors[i % len(self.actors)].chat.remote(r["messages"], r["request_id"])
+                for i, r in enumerate(requests)]
+        try:
+            return self._ray.get(refs)
+        except self._ray.exceptions.RayTaskError as exc:
+            cause = exc.as_instanceof_cause() if hasattr(exc, "as_instanceof_cause") else exc
+            if isinstance(cause, LLMFatalError) or "LLMFatalError" in str(type(cause)):
+                raise LLMFatalError(str(getattr(cause, "args", [cause])[0]).splitlines()[-1]) from None
+            raise
+
+    def limiter_stats(self) -> dict:
+        return self._ray.get(self.limiter.stats.remote())
+
+    def close(self) -> None:
+        for a in self.actors:
+            try:
+                self._ray.get(a.close.remote(), timeout=10)
+            except Exception:
+                pass
+            self._ray.kill(a)
+        self._ray.kill(self.limiter)
+        self.actors = []
+
+
+def make_llm_pool(config: LLMConfig | dict, run_dir: Path | None, *, use_ray: bool, namespace: str | None = None):
+    """The pool a campaign uses (audit files under ``run_dir/llm`` when ``run_dir`` is given)."""
+    cfg = config if isinstance(config, LLMConfig) else LLMConfig(**config)
+    audit = None if run_dir is None else Path(run_dir) / "llm"
+    return RayLLMPool(cfg, audit, namespace) if use_ray else LocalLLMPool(cfg, audit)
+
+
+def attach_llm(fuzzer, campaign, run_dir: Path):
+    """Give ``fuzzer`` the campaign's LLM when it needs one; returns the pool (or None)."""
+    if not getattr(fuzzer, "needs_llm", False):
+        return None
+    pool = make_llm_pool(campaign.llm or LLMConfig(), run_dir, use_ray=campaign.workers > 0)
+    fuzzer.attach_llm(pool.generate)
+    return pool
+
+
+def llm_metrics(fuzzer) -> dict:
+    """Per-generation LLM figures of an LLM-guided fuzzer (empty for the others): calls, tokens,
+    random mutations (the calls the multi-scale strategy saved), fallbacks, the threshold α."""
+    if not getattr(fuzzer, "needs_llm", False):
+        return {}
+    s = fuzzer.stats()
+    return {"llm_calls": s["llm_calls"], "llm_tokens": s["llm_prompt_tokens"] + s["llm_completion_tokens"],
+            "llm_failed": s["llm_failed"], "llm_fallbacks": s["llm_fallbacks"], "random_mutations": s["random_mutations"],
+            "llm_bad_cases": s["llm_unparseable"] + s["llm_invalid"] + s["llm_excessive"] + s["llm_insufficient"],
+            "fuzz_tests": s["fuzz_tests"], "alpha": s["alpha"]}

@@ -1,0 +1,314 @@
+"""The LLM stack against a real local OpenAI-compatible HTTP server (tests/llm_server.py):
+prompt template and reply parsing, retries on 429/5xx/hangs, fatal errors, the shared rate
+limiter across 4 Ray actors, LLMTester's multi-scale strategy, and the whole loop as a campaign."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from envs import get_scenario
+from orchestrator.campaign import CampaignError, load_campaign
+from orchestrator.fuzzers import Feedback, make_fuzzer
+from orchestrator.llm_pool import LocalLLMPool
+from orchestrator.llm_prompt import ReplyError, ScenarioInfo, build_messages, parse_reply
+from tests.llm_server import LLMStubServer
+from workers.llm import LLMConfig, LLMConfigError, LLMFatalError, RateLimiter
+
+BALANCER = "python:workers.examples:cartpole_balancer"
+
+
+def cfg(server, **kw):
+    base = dict(base_url=server.base_url, model="stub-model", api_key_env="DELTARL_TEST_LLM_KEY",
+                requests_per_minute=6000, max_concurrent=4, timeout_s=1.0, backoff_s=0.05, max_retries=3)
+    base.update(kw)
+    return LLMConfig(**base)
+
+
+def ask(pool, n=1, state=None):
+    sc = get_scenario("CartPole-v1")
+    s = np.zeros(4) if state is None else state
+    msgs = build_messages(sc, ScenarioInfo.load(sc), s, 42.0, [], [])
+    return pool.generate([{"request_id": f"r{i}", "messages": msgs} for i in range(n)])
+
+
+# -- prompt and parsing -----------------------------------------------------------------------
+
+
+def test_prompt_follows_the_papers_template():
+    sc = get_scenario("CartPole-v1")
+    msgs = build_messages(sc, ScenarioInfo.load(sc), np.array([0.01, -0.02, 0.03, 0.04]), 123.0,
+                          ["Insufficient challenge: ..."], ["tilt the pole"])
+    system, user = msgs[0]["content"], msgs[1]["content"]
+    assert msgs[0]["role"] == "system" and "test scenario generator" in system and "fails" in system
+    for section in ("### Overview", "### Entity Information", "### State Description", "### Constraints",
+                    "### Seed Scenario", "### Testing Feedback", "### Expert Experience", "Scenario Analysis",
+                    "Evolution Prediction", "Challenge Analysis", "Plan Execution", "Explanation", "NEW_STATE:"):
+        assert section in user, section
+    assert '"theta": 0.03' in user and "123" in user and "tilt the pole" in user and "Insufficient challenge" in user
+    assert "valid range [-0.05, 0.05]" in user  # the bounds come from the scenario itself
+    # a scenario without an information file still gets a complete prompt
+    hop = get_scenario("Hopper-v5")
+    text = build_messages(hop, ScenarioInfo.load(hop), hop.sample(np.random.default_rng(0), 1)[0], None, [], [])[1]
+    assert "### Overview" in text["content"] and "rootz" in text["content"]
+
+
+def test_reply_parsing_and_its_errors():
+    sc = get_scenario("CartPole-v1")
+    good = 'analysis...\nNEW_STATE: {"x": 0.01, "x_dot": -0.02, "theta": 0.03, "theta_dot": 0.0}'
+    np.testing.assert_allclose(parse_reply(good, sc), [0.01, -0.02, 0.03, 0.0])
+    # no marker: the last JSON object with all names (e.g. in a ```json block)
+    block = 'Plan...\n```json\n{"x": 0.0, "x_dot": 0.0, "theta": 0.04, "theta_dot": 0.01}\n```'
+    np.testing.assert_allclose(parse_reply(block, sc), [0.0, 0.0, 0.04, 0.01])
+    cases = [("", "empty"), ("the pole will fall", "no machine-readable state"),
+             ('NEW_STATE: {"x": 0.01, "x_dot": 0, "theta": 0}', "lacked theta_dot"),
+             ('NEW_STATE: {"x": 0.01, "x_dot": 0, "theta": 0, "theta_dot": 0, "y": 1}', "unknown keys y"),
+             ('NEW_STATE: {"x": "left", "x_dot": 0, "theta": 0, "theta_dot": 0}', "'x' must be a number"),
+             ('NEW_STATE: {"x": 3.0, "x_dot": 0, "theta": 0, "theta_dot": 0}', "invalid scenario.*outside"),
+             ('NEW_STATE: {"x": NaN, "x_dot": 0, "theta": 0, "theta_dot": 0}', "invalid scenario.*non-finite")]
+    for text, msg in cases:
+        with pytest.raises(ReplyError, match=msg):
+            parse_reply(text, sc)
+
+
+# -- the client: retries, timeouts, fatal errors, no key in the record ------------------------
+
+
+def test_429_500_and_a_hang_are_retried(tmp_path):
+    with LLMStubServer(script=["429", "500", "hang"], hang_s=3.0) as srv:
+        pool = LocalLLMPool(cfg(srv), tmp_path / "llm")
+        try:
+            t0 = time.monotonic()
+            (reply,) = ask(pool)
+        finally:
+            pool.close()
+        assert reply["ok"] and reply["attempts"] == 4 and "NEW_STATE" in reply["text"]
+        assert srv.actions() == ["429", "500", "hang", "ok"]
+        t = [r["t"] for r in srv.requests]
+        assert t[1] - t[0] >= 0.2 * 0.9  # Retry-After: 0.2 honoured
+        assert t[3] - t[2] >= 1.0 * 0.9  # the hang ran into llm.timeout_s = 1
+        assert time.monotonic() - t0 < 3.0  # ... and was not waited out
+    audit = pd.read_parquet(tmp_path / "llm")
+    assert len(audit) == 1 and audit["attempts"][0] == 4 and "Seed Scenario" in audit["messages"][0]
+
+
+def test_retries_exhausted_is_a_reply_not_a_crash():
+    with LLMStubServer(default="500") as srv:
+        pool = LocalLLMPool(cfg(srv, max_retries=2))
+        try:
+            (reply,) = ask(pool)
+        finally:
+            pool.close()
+    assert not reply["ok"] and reply["attempts"] == 3 and "HTTP 500" in reply["error"] and "after 3 attempts" in reply["error"]
+    assert len(srv.requests) == 3
+
+
+def test_a_wrong_key_is_fatal_and_never_echoed(monkeypatch):
+    monkeypatch.setenv("DELTARL_TEST_LLM_KEY", "sk-deltarl-SECRET-0001")
+    with LLMStubServer(default="401") as srv:
+        pool = LocalLLMPool(cfg(srv))
+        try:
+            with pytest.raises(LLMFatalError, match="HTTP 401.*DELTARL_TEST_LLM_KEY") as info:
+                ask(pool)
+        finally:
+            pool.close()
+    assert "SECRET" not in str(info.value)
+    assert srv.requests[0]["has_auth"] and len(srv.requests) == 1  # not retried
+
+
+def test_no_endpoint_names_the_settings(tmp_path, monkeypatch):
+    monkeypatch.delenv("DELTARL_LLM_BASE_URL", raising=False)
+    monkeypatch.delenv("DELTARL_LLM_MODEL", raising=False)
+    with pytest.raises(LLMConfigError, match="llm.base_url and llm.model missing.*DELTARL_LLM_BASE_URL"):
+        LLMConfig().check()
+    p = tmp_path / "c.yaml"
+    p.write_text(f"scenario: CartPole-v1\naut: {BALANCER}\noutput: {tmp_path}/out\nworkers: 0\n"
+                 f"safety: {{fuzzer: llmtester, budget: {{episodes: 10}}}}\n")
+    with pytest.raises(CampaignError, match="safety.fuzzer: llmtester asks an LLM.*base_url.*model"):
+        load_campaign(p)
+    p.write_text(p.read_text() + "llm: {base_url: 'http://127.0.0.1:1/v1', model: m, api_key_env: sk-abc123}\n")
+    with pytest.raises(CampaignError, match="api_key_env must be the NAME of an environment variable.*not the key itself"):
+        load_campaign(p)
+    # the environment variables are enough
+    monkeypatch.setenv("DELTARL_LLM_BASE_URL", "http://127.0.0.1:1/v1")
+    monkeypatch.setenv("DELTARL_LLM_MODEL", "m")
+    p.write_text(p.read_text().split("llm:")[0])
+    assert load_campaign(p).safety.fuzzer == "llmtester"
+
+
+# -- the rate limiter ----------------------------------------------------------------------------
+
+
+def test_rate_limiter_buckets_in_process():
+    import asyncio
+
+    async def go():
+        lim = RateLimiter(requests_per_minute=600, tokens_per_minute=6000, max_concurrent=2)  # 10 req/s, 100 tok/s
+        t0 = time.monotonic()
+        grants = []
+        for _ in range(5):
+            tk = await lim.acquire(1)
+            grants.append(time.monotonic() - t0)
+            await lim.release(tk, 1, 200)
+        gaps = np.diff(grants)
+        assert gaps.min() >= 0.1 * 0.9  # one request per 0.1 s
+        # tokens: 6000 available at once, then a 300-token call must wait ~3 s worth of refill
+        tk = await lim.acquire(5990)
+        await lim.release(tk, 5990, 200)
+        t1 = time.monotonic()
+        tk = await lim.acquire(300)
+        assert time.monotonic() - t1 >= 2.5
+        await lim.release(tk, None, 429, retry_after=0.3)
+        t2 = time.monotonic()
+        tk = await lim.acquire(0)
+        assert time.monotonic() - t2 >= 0.3 * 0.9  # a 429 pauses every caller
+        await lim.release(tk)
+        assert lim.throttled == 1 and lim.in_flight == 0
+
+    asyncio.run(go())
+
+
+@pytest.mark.ray
+def test_rate_limit_holds_across_four_actors(ray_cluster):
+    """4 generator actors, 16 concurrent calls, one limiter at 240 requests/min: the limiter grants
+    them at least 0.25 s apart and the server sees them arrive at that pace."""
+    import ray
+
+    from orchestrator.llm_pool import RayLLMPool
+
+    with LLMStubServer() as srv:
+        pool = RayLLMPool(cfg(srv, requests_per_minute=240, max_concurrent=8, actors=4))
+        try:
+            t0 = time.monotonic()
+            replies = ask(pool, n=16)
+            took = time.monotonic() - t0
+            lim = pool.limiter_stats()
+            grants = ray.get(pool.limiter.recent_grants.remote())
+        finally:
+            pool.close()
+    assert all(r["ok"] for r in replies) and len(srv.requests) == 16
+    # at the limiter: every grant at least 60/240 s after the previous one
+    assert np.diff(np.sort(grants)).min() >= 0.25 * 0.95
+    # at the server: a request may be delayed in transit (a busy 2-core machine), so the margin
+    # is taken over windows of 4 gaps: no 5 requests arrive within less than 4 x 0.25 s - 0.15 s
+    arrivals = np.sort([r["t"] for r in srv.requests])
+    window = arrivals[4:] - arrivals[:-4]
+    assert window.min() >= 4 * 0.25 - 0.15, np.diff(arrivals)
+    assert arrivals[-1] - arrivals[0] >= 15 * 0.25 * 0.9
+    assert took < 15  # the calls did run concurrently through 4 actors
+    assert lim["granted"] == 16 and lim["max_in_flight"] >= 1
+
+
+# -- LLMTester's multi-scale strategy --------------------------------------------------------------
+
+
+def test_multi_scale_sends_only_low_potential_seeds_to_the_llm():
+    sc = get_scenario("CartPole-v1")
+    f = make_fuzzer("llmtester", sc, seed=0, alpha=20.0)
+    rets = np.arange(100, dtype=float)  # potentials -0 .. -99
+    f.corpus.add(sc.sample(np.random.default_rng(0), 100), energy=np.ones(100), **{
+        "return": rets, "sensitivity": np.ones(100), "log_density": np.zeros(100), "parent": -np.ones(100)})
+    high = f.high_potential(rets)
+    assert high.sum() == 20 and high[:20].all()  # the 20% lowest returns are near failure
+    f.alpha = 0.0
+    assert not f.high_potential(rets).any()  # alpha -> 0: the generator is the LLM alone
+    g = make_fuzzer("llmtester", sc, seed=0, multi_scale=False)
+    g.corpus = f.corpus
+    assert not g.high_potential(rets).any()
+
+
+def test_alpha_adapts_as_eq_6():
+    f = make_fuzzer("llmtester", get_scenario("CartPole-v1"), seed=0, alpha=20.0, beta=0.5, delta=0.1)
+    c = f._counters
+
+    def fail_at(tests, fails):
+        c["fuzz_tests"], c["fuzz_failures"] = tests, fails
+        f._update_alpha()
+        return f.alpha
+
+    assert fail_at(10, 1) == 20.0  # the first failure sets f = 0.1
+    assert fail_at(20, 2) == 20.0  # 0.1: within ±δ
+    assert fail_at(40, 3) == 10.0  # 0.075 < 0.9·0.1 -> α·β
+    assert fail_at(41, 4) == 20.0  # 0.098 > 1.1·0.075 -> α/β
+    f.alpha = 80.0
+    assert fail_at(42, 10) == 100.0  # capped at 100 percent
+
+
+# -- the whole loop -----------------------------------------------------------------------------
+
+
+def _campaign(tmp_path, srv, workers, budget=96, extra=""):
+    p = tmp_path / "llm.yaml"
+    p.write_text(f"""
+name: llm-loop
+scenario: CartPole-v1
+aut: {BALANCER}
+workers: {workers}
+output: {tmp_path / 'run'}
+mlflow: true
+safety:
+  fuzzer: llmtester
+  params: {{alpha: 20.0, beta: 0.5, delta: 0.1, amplitude: 0.3}}
+  budget: {{episodes: {budget}}}
+  sampling_fraction: 0.25
+  generation_size: 12
+llm:
+  base_url: {srv.base_url}
+  model: stub-model
+  api_key_env: DELTARL_TEST_LLM_KEY
+  requests_per_minute: 3000
+  max_concurrent: 4
+  actors: 2
+  timeout_s: 1.0
+  backoff_s: 0.05
+{extra}""")
+    return load_campaign(p)
+
+
+@pytest.mark.ray
+def test_llmtester_campaign_against_the_local_server(tmp_path, ray_cluster, monkeypatch):
+    """The whole generate-test-feedback loop on Ray actors, with malformed replies, 429s, a 500,
+    an out-of-bounds state, a far jump and a hang in the script: the campaign completes, counts
+    them, feeds them back, audits every call, and no file holds the API key."""
+    from orchestrator.pipeline import run_campaign
+
+    secret = "sk-deltarl-SECRET-7f3a9"
+    monkeypatch.setenv("DELTARL_TEST_LLM_KEY", secret)
+    script = ["malformed", "429", "out_of_bounds", "far", "500", "hang", "malformed", "bad_body"]
+    with LLMStubServer(script=script, step=0.5, hang_s=2.5, expected_key=secret) as srv:
+        c = _campaign(tmp_path, srv, workers=1)
+        c.scenario_overrides = {}
+        out = run_campaign(c, progress=False)
+    s = out["safety"]
+    assert s["episodes"] == 96
+    run = Path(c.output)
+    timeline = pd.read_parquet(run / "timeline.parquet")
+    last = timeline.iloc[-1]
+    assert last["llm_calls"] > 0 and last["llm_tokens"] > 0
+    # every new scenario of the fuzzing phase was made by one operator (the rest of its 72 episodes
+    # are MDPFuzz's twins that measure sensitivity)
+    assert last["llm_calls"] + last["random_mutations"] == last["fuzz_tests"] and 0 < last["fuzz_tests"] <= 72
+    assert last["llm_bad_cases"] >= 3  # malformed x2, out of bounds, far
+    assert last["llm_fallbacks"] >= 3
+    audit = pd.read_parquet(run / "llm")
+    assert len(audit) == last["llm_calls"]
+    assert audit["attempts"].sum() == len(srv.requests)  # every HTTP request accounted for
+    assert audit["ok"].all()  # 429/500/hang/bad body were retried to success
+    assert all(r["key_ok"] for r in srv.requests)  # the key reached the server ...
+    for f in run.rglob("*"):  # ... and nowhere else
+        if f.is_file():
+            assert secret.encode() not in f.read_bytes(), f
+    camp = json.loads((run / "campaign.json").read_text())
+    assert camp["llm"]["api_key_env"] == "DELTARL_TEST_LLM_KEY" and "SECRET" not in json.dumps(camp)
+    # MLflow got the LLM figures
+    import mlflow
+
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{run / 'mlflow.db'}")
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert runs and runs[0].data.metrics["llm_calls"] == last["llm_calls"]

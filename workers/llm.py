@@ -1,0 +1,399 @@
+"""The LLM client: OpenAI-compatible chat completions behind one shared rate limiter.
+
+Any server that speaks ``POST {base_url}/chat/completions`` works: OpenAI, vLLM, Ollama
+(``http://127.0.0.1:11434/v1``), llama.cpp's ``llama-server`` (``http://127.0.0.1:8080/v1``).
+
+* :class:`LLMConfig` — endpoint, model, the *name* of the environment variable that holds the
+  API key (the key itself is read from the environment when a request is made and is never
+  stored in the config, a log line, a Parquet file or MLflow), sampling settings, retry policy
+  and the limits: requests per minute, tokens per minute, calls in flight.
+* :class:`RateLimiter` — two token buckets (requests/min, tokens/min) and a cap on calls in
+  flight, async. In a campaign one limiter is a named Ray actor shared by every
+  :class:`LLMGenerator` actor, so the limits hold for the whole campaign, not per actor.
+  Estimated token costs are reconciled with the ``usage`` the server reports; a 429 pauses
+  every caller (``Retry-After`` when the server sends one).
+* :class:`LLMGenerator` — one chat completion with retries: 429, 408 and 5xx, timeouts and
+  dropped connections are retried with exponential backoff and jitter (``Retry-After``
+  honoured); 400/401/403/404 are configuration errors and raise :class:`LLMFatalError`
+  (naming the setting to fix) because retrying cannot help. Anything else that goes wrong
+  comes back as an :class:`LLMReply` with ``ok = False`` and the reason, never as a crash.
+
+Nothing here imports Ray: the Ray actors are these classes wrapped by ``orchestrator.llm_pool``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+from dataclasses import asdict, dataclass, field
+
+RETRY_STATUS = (408, 409, 425, 429, 500, 502, 503, 504)
+FATAL_STATUS = (400, 401, 403, 404, 422)
+
+
+class LLMConfigError(ValueError):
+    """The LLM settings cannot work as given (no endpoint, no model, bad limits)."""
+
+
+class LLMFatalError(RuntimeError):
+    """The endpoint refuses the requests in a way retrying cannot fix (key, model, URL)."""
+
+
+@dataclass
+class LLMConfig:
+    """Where and how to call the LLM. ``base_url`` and ``model`` may also come from the
+    environment variables ``DELTARL_LLM_BASE_URL`` and ``DELTARL_LLM_MODEL``."""
+
+    base_url: str | None = None  # e.g. https://api.openai.com/v1, http://127.0.0.1:8000/v1
+    model: str | None = None  # e.g. gpt-4o-mini (the LLMTester paper's model)
+    api_key_env: str = "OPENAI_API_KEY"  # the NAME of the variable; the key is never stored
+    temperature: float = 0.7
+    max_tokens: int = 1024
+    timeout_s: float = 60.0  # per attempt
+    max_retries: int = 4  # attempts after the first
+    backoff_s: float = 1.0  # first retry waits ~backoff_s, then doubles (with jitter)
+    backoff_max_s: float = 30.0
+    requests_per_minute: float = 60.0
+    tokens_per_minute: float | None = None
+    max_concurrent: int = 4  # calls in flight, over all generator actors
+    actors: int = 2  # LLMGenerator actors (each runs several calls concurrently)
+    seed: int | None = None  # sent to servers that accept it (OpenAI, vLLM)
+
+    def resolved(self) -> "LLMConfig":
+        """A copy with ``base_url``/``model`` filled from the environment where unset."""
+        c = LLMConfig(**asdict(self))
+        c.base_url = c.base_url or os.environ.get("DELTARL_LLM_BASE_URL") or None
+        c.model = c.model or os.environ.get("DELTARL_LLM_MODEL") or None
+        return c
+
+    def check(self) -> "LLMConfig":
+        """Resolve and validate; raise :class:`LLMConfigError` naming what to set."""
+        c = self.resolved()
+        missing = [n for n in ("base_url", "model") if not getattr(c, n)]
+        if missing:
+            raise LLMConfigError(
+                f"no LLM endpoint configured ({' and '.join('llm.' + m for m in missing)} missing): give the campaign "
+                f"an `llm:` section with base_url (an OpenAI-compatible endpoint such as https://api.openai.com/v1, "
+                f"or http://127.0.0.1:8000/v1 for vLLM / llama.cpp / Ollama) and model (e.g. gpt-4o-mini), or set "
+                f"DELTARL_LLM_BASE_URL and DELTARL_LLM_MODEL; the API key is read from the environment variable "
+                f"named by llm.api_key_env (now {c.api_key_env})")
+        if not str(c.base_url).startswith(("http://", "https://")):
+            raise LLMConfigError(f"llm.base_url must start with http:// or https://, got {c.base_url!r}")
+        checks = [("requests_per_minute", c.requests_per_minute > 0), ("max_concurrent", c.max_concurrent >= 1),
+                  ("actors", c.actors >= 1), ("timeout_s", c.timeout_s > 0), ("max_retries", c.max_retries >= 0),
+                  ("max_tokens", c.max_tokens >= 1), ("backoff_s", c.backoff_s >= 0),
+                  ("tokens_per_minute", c.tokens_per_minute is None or c.tokens_per_minute > 0)]
+        for name, ok in checks:
+            if not ok:
+                raise LLMConfigError(f"llm.{name} has an impossible value: {getattr(c, name)!r}")
+        if c.api_key_env and not c.api_key_env.replace("_", "").isalnum():
+            raise LLMConfigError(f"llm.api_key_env must be the NAME of an environment variable (like OPENAI_API_KEY), "
+                                 f"not the key itself")
+        return c
+
+    def api_key(self) -> str | None:
+        return os.environ.get(self.api_key_env) if self.api_key_env else None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class LLMReply:
+    """One chat completion as deltarl keeps it (the audit row; no credentials in it)."""
+
+    request_id: str
+    ok: bool
+    text: str = ""
+    error: str = ""
+    status: int = 0  # last HTTP status (0: no response)
+    attempts: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_s: float = 0.0  # first attempt sent -> reply (retries and waits included)
+    waited_s: float = 0.0  # time spent waiting for the rate limiter
+    started_at: float = 0.0  # unix time
+    model: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with every occurrence of ``secret`` replaced (error bodies may echo headers)."""
+    if secret and len(secret) >= 4:
+        text = text.replace(secret, "[REDACTED]")
+    return text
+
+
+def estimate_tokens(messages: list[dict], max_tokens: int) -> int:
+    """A cheap upper-ish estimate of a call's tokens (4 characters per token + the reply cap)."""
+    chars = sum(len(str(m.get("content", ""))) for m in messages)
+    return chars // 4 + 8 * len(messages) + int(max_tokens)
+
+
+# ---------------------------------------------------------------------------------------------
+# The rate limiter
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Bucket:
+    rate: float  # units per second
+    capacity: float
+    level: float
+    stamp: float = field(default_factory=time.monotonic)
+
+    def refill(self, now: float) -> None:
+        self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate)
+        self.stamp = now
+
+    def wait_for(self, amount: float) -> float:
+        """Seconds until ``amount`` is available (0 when it is)."""
+        need = min(amount, self.capacity) - self.level
+        return 0.0 if need <= 1e-12 else need / self.rate
+
+
+class RateLimiter:
+    """Requests/min and tokens/min buckets plus a cap on calls in flight (async, FIFO).
+
+    ``burst`` is the request bucket's capacity: 1 (the default) spaces every request by at
+    least ``60 / requests_per_minute`` seconds; a larger burst allows short bursts at the same
+    average rate. The tokens bucket holds one minute's worth. ``acquire(est_tokens)`` waits
+    for a concurrency slot, then for both buckets, and returns a ticket; ``release(ticket,
+    tokens, status, retry_after)`` frees the slot, charges the difference between actual and
+    estimated tokens, and on a 429 pauses every caller for ``retry_after`` seconds (or the
+    time one request's worth of budget takes to refill).
+    """
+
+    def __init__(self, requests_per_minute: float, tokens_per_minute: float | None = None,
+                 max_concurrent: int = 4, burst: float = 1.0):
+        if requests_per_minute <= 0 or max_concurrent < 1 or burst < 1:
+            raise ValueError("RateLimiter: requests_per_minute > 0, max_concurrent >= 1 and burst >= 1 are needed")
+        self.rpm = float(requests_per_minute)
+        self.tpm = None if tokens_per_minute is None else float(tokens_per_minute)
+        self.max_concurrent = int(max_concurrent)
+        self.requests = _Bucket(self.rpm / 60.0, float(burst), float(burst))
+        self.tokens = None if self.tpm is None else _Bucket(self.tpm / 60.0, self.tpm, self.tpm)
+        self._lock: asyncio.Lock | None = None
+        self._sem: asyncio.Semaphore | None = None
+        self._pause_until = 0.0
+        self._tickets: dict[int, float] = {}
+        self._next = 0
+        self.granted = 0
+        self.in_flight = 0
+        self.max_in_flight_seen = 0
+        self.throttled = 0  # 429s reported
+        self.waited_s = 0.0
+        self.tokens_charged = 0.0
+        self.grant_times: list[float] = []  # unix times of grants (the last 10,000)
+
+    def _primitives(self):
+        if self._lock is None:  # created in the event loop that uses them
+            self._lock = asyncio.Lock()
+            self._sem = asyncio.Semaphore(self.max_concurrent)
+        return self._lock, self._sem
+
+    async def acquire(self, est_tokens: float = 0.0) -> int:
+        lock, sem = self._primitives()
+        t0 = time.monotonic()
+        await sem.acquire()
+        try:
+            async with lock:
+                while True:
+                    now = time.monotonic()
+                    self.requests.refill(now)
+                    wait = max(self._pause_until - now, self.requests.wait_for(1.0))
+                    if self.tokens is not None:
+                        self.tokens.refill(now)
+                        wait = max(wait, self.tokens.wait_for(est_tokens))
+                    if wait <= 0:
+                        break
+                    await asyncio.sleep(wait)
+                self.requests.level -= 1.0
+                if self.tokens is not None:
+                    self.tokens.level -= min(float(est_tokens), self.tokens.capacity)
+        except BaseException:
+            sem.release()
+            raise
+        self._next += 1
+        self._tickets[self._next] = float(est_tokens)
+        self.granted += 1
+        self.in_flight += 1
+        self.max_in_flight_seen = max(self.max_in_flight_seen, self.in_flight)
+        self.waited_s += time.monotonic() - t0
+        self.grant_times.append(time.time())
+        del self.grant_times[:-10_000]
+        return self._next
+
+    async def release(self, ticket: int, tokens: float | None = None, status: int = 0,
+                      retry_after: float | None = None) -> None:
+        _, sem = self._primitives()
+        est = self._tickets.pop(int(ticket), None)
+        if est is None:
+            return  # unknown or already released
+        self.in_flight -= 1
+        sem.release()
+        if tokens is not None:
+            self.tokens_charged += float(tokens)
+            if self.tokens is not None:
+                self.tokens.level -= float(tokens) - min(est, self.tokens.capacity)
+        elif self.tokens is not None:
+            self.tokens_charged += est
+        if status == 429:
+            self.throttled += 1
+            pause = retry_after if retry_after is not None and retry_after >= 0 else 1.0 / self.requests.rate
+            self._pause_until = max(self._pause_until, time.monotonic() + min(float(pause), 120.0))
+            self.requests.level = min(self.requests.level, 0.0)
+
+    def stats(self) -> dict:
+        return {"granted": self.granted, "in_flight": self.in_flight, "max_in_flight": self.max_in_flight_seen,
+                "throttled": self.throttled, "waited_s": self.waited_s, "tokens_charged": self.tokens_charged,
+                "requests_per_minute": self.rpm, "tokens_per_minute": self.tpm, "max_concurrent": self.max_concurrent}
+
+    def recent_grants(self) -> list[float]:
+        return list(self.grant_times)
+
+
+# ---------------------------------------------------------------------------------------------
+# The generator: one chat completion with retries
+# ---------------------------------------------------------------------------------------------
+
+
+def _retry_after(headers) -> float | None:
+    value = headers.get("Retry-After") if headers is not None else None
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: fall back to our own backoff
+
+
+class LLMGenerator:
+    """Calls the endpoint for chat messages; every call passes the shared ``limiter`` first.
+
+    ``limiter`` is a :class:`RateLimiter` in this process or a Ray actor handle of one (its
+    methods are then awaited through ``.remote``). The API key is read from the environment
+    (``config.api_key_env``) of the process that makes the request, or handed over once with
+    :meth:`set_api_key` (never as a constructor argument, which Ray would keep in the actor's
+    creation spec).
+    """
+
+    def __init__(self, config: dict | LLMConfig, limiter=None, seed: int = 0):
+        self.config = config if isinstance(config, LLMConfig) else LLMConfig(**config)
+        self.config = self.config.check()
+        self.limiter = limiter if limiter is not None else RateLimiter(
+            self.config.requests_per_minute, self.config.tokens_per_minute, self.config.max_concurrent)
+        self._key: str | None = None
+        self._session = None
+        self._rng = random.Random(seed)
+        self.calls = 0
+        self.failed = 0
+
+    def set_api_key(self, key: str | None) -> bool:
+        self._key = key or None
+        return self._key is not None
+
+    def _api_key(self) -> str | None:
+        return self._key or self.config.api_key()
+
+    async def _limiter(self, method: str, *args):
+        fn = getattr(self.limiter, method)
+        if hasattr(fn, "remote"):  # a Ray actor handle
+            return await fn.remote(*args)
+        return await fn(*args)
+
+    async def _http(self):
+        import aiohttp
+
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, self.config.backoff_max_s)
+        base = self.config.backoff_s * (2 ** (attempt - 1))
+        return min(self.config.backoff_max_s, base) * (0.5 + self._rng.random())
+
+    async def chat(self, messages: list[dict], request_id: str = "") -> dict:
+        """One completion; returns :meth:`LLMReply.to_dict` (``ok`` False with the reason when
+        every attempt failed). Raises :class:`LLMFatalError` on 400/401/403/404/422."""
+        import aiohttp
+
+        cfg = self.config
+        key = self._api_key()
+        url = cfg.base_url.rstrip("/") + "/chat/completions"
+        headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        payload = {"model": cfg.model, "messages": messages, "temperature": cfg.temperature,
+                   "max_tokens": cfg.max_tokens}
+        if cfg.seed is not None:
+            payload["seed"] = int(cfg.seed)
+        est = estimate_tokens(messages, cfg.max_tokens)
+        reply = LLMReply(request_id=request_id, ok=False, started_at=time.time(), model=str(cfg.model))
+        t0 = time.monotonic()
+        session = await self._http()
+        last_error = ""
+        self.calls += 1
+        for attempt in range(1, cfg.max_retries + 2):
+            reply.attempts = attempt
+            tw = time.monotonic()
+            ticket = await self._limiter("acquire", est)
+            reply.waited_s += time.monotonic() - tw
+            status, used, retry_after = 0, None, None
+            try:
+                timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
+                async with session.post(url, json=payload, headers=headers, timeout=timeout) as resp:
+                    status = resp.status
+                    reply.status = status
+                    retry_after = _retry_after(resp.headers)
+                    body = await resp.text()
+                if status == 200:
+                    try:
+                        data = json.loads(body)
+                        text = data["choices"][0]["message"]["content"]
+                        if not isinstance(text, str):
+                            raise TypeError("content is not a string")
+                    except (ValueError, KeyError, IndexError, TypeError) as exc:
+                        last_error = f"the endpoint answered 200 with a body that is not a chat completion ({exc})"
+                    else:
+                        usage = data.get("usage") or {}
+                        reply.prompt_tokens = int(usage.get("prompt_tokens") or 0)
+                        reply.completion_tokens = int(usage.get("completion_tokens") or 0)
+                        used = reply.prompt_tokens + reply.completion_tokens if usage else None
+                        reply.ok, reply.text, reply.error = True, text, ""
+                        break
+                elif status in FATAL_STATUS:
+                    hint = {401: f"check the API key in the environment variable {cfg.api_key_env}",
+                            403: f"the key in {cfg.api_key_env} lacks access to model {cfg.model!r}",
+                            404: f"check llm.base_url ({cfg.base_url}) and llm.model ({cfg.model})"}.get(
+                        status, "the request was refused; check llm.model and the endpoint's limits")
+                    self.failed += 1
+                    raise LLMFatalError(f"the LLM endpoint answered HTTP {status}: {hint}. "
+                                        f"Reply: {redact(body[:300], key)}")
+                else:
+                    last_error = f"HTTP {status}: {redact(body[:200], key)}"
+            except asyncio.TimeoutError:
+                last_error = f"no reply within llm.timeout_s = {cfg.timeout_s:g} s"
+            except aiohttp.ClientError as exc:
+                last_error = f"connection error ({type(exc).__name__}: {redact(str(exc)[:200], key)})"
+            finally:
+                await self._limiter("release", ticket, used, status, retry_after)
+            if attempt <= cfg.max_retries:
+                await asyncio.sleep(self._backoff(attempt, retry_after if status == 429 else None))
+        if not reply.ok:
+            self.failed += 1
+            reply.error = f"{last_error} (after {reply.attempts} attempts)"
+        reply.latency_s = time.monotonic() - t0
+        return reply.to_dict()
+
+    async def close(self) -> None:
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+
+    def stats(self) -> dict:
+        return {"calls": self.calls, "failed": self.failed}
