@@ -1,0 +1,394 @@
+"""BipedalWalker (hardcore terrain) with the obstacle sequence as the initial state.
+
+The MDPFuzz family of tools (MDPFuzz, CureFuzz, GMT, SeqDivFuzz, the ISSTA'24 replication)
+test a BipedalWalkerHardcore agent by fuzzing the *terrain*: the initial state is a vector of
+15 obstacle kinds, each 1 = STUMP, 2 = STAIRS or 3 = PIT, consumed in order (cycling) whenever
+the terrain generator would draw a random obstacle after a stretch of grass.
+
+Environment (:class:`BipedalWalkerObstacles`, registered as ``deltarl/BipedalWalkerObstacles-v0``):
+a subclass of gymnasium 1.0.0's ``BipedalWalker(hardcore=True)``. Differences, all deliberate:
+
+* ``reset(seed=s, options={"obstacles": seq})`` builds the terrain with the obstacle kinds of
+  ``seq`` (15 values in {1, 2, 3}, in order, cycling when the course holds more than 15
+  obstacles: a 200-tile course holds ~13 on average, up to ~30 when all are short stumps).
+  Without ``options`` the kinds are 15 uniform draws from the env's RNG (the reset
+  distribution, what :meth:`BipedalWalker.sample` draws and what training sees).
+* Everything else random — grass roughness, grass lengths, stump sizes, stair direction /
+  step count, pit widths, clouds and the hull's initial push U(-5, 5) — comes from
+  ``np_random`` seeded by ``reset(seed=...)``, with the *same distributions as gymnasium*.
+  Unlike gymnasium, the terrain generator draws all of its random numbers up front, a fixed
+  number of them whatever the obstacle kinds are (one roughness value per tile; per obstacle
+  slot one grass length, one stump size, one pit width, one stair direction, width and step
+  count). So the RNG stream does not depend on the kinds: for one seed, two sequences that
+  differ at position k give terrains that agree up to obstacle k, and the hull gets the same
+  push. ``(state, seed)`` fully determines the episode.
+* A fresh Box2D world at every reset. gymnasium keeps one world across resets; its leftover
+  broad-phase state changes the solver's order of operations, so the same terrain, seed and
+  actions gave a different trajectory after ~8 earlier episodes in the same env (found by the
+  conformance test). With a fresh world an episode does not depend on what ran before.
+* The "reached the end of the course" termination is removed (as in all the peer tools):
+  ``terminated`` now means exactly gymnasium's ``game_over`` (the hull touched the ground) or
+  ``x < 0``, both with reward -100. A walker that runs past the end keeps going (off the
+  course: no more ground, no failure) until the step limit.
+
+The episode seed: :class:`BatchSimulator` seeds come from the rollout engine (a hash of the
+campaign seed, the state index and the repeat), so by default the same obstacle sequence meets
+different obstacle sizes and pushes in different episodes: the scenario is ``stochastic`` (the
+statistical oracle applies). Set ``terrain_seed`` (e.g. ``get_scenario("BipedalWalker",
+terrain_seed=0)``) to use that one seed for every episode, as the replication does (it
+re-seeds the RNG with a fixed seed at each reset): then the obstacle sequence alone determines
+the episode and the scenario is not stochastic.
+
+Simulation: Box2D cannot be vectorised; :class:`BipedalSim` keeps one env per episode and steps
+each live one in a Python loop (~0.4 ms per step on one idle core). Observations are float32 (24,),
+actions Box(4) in [-1, 1] (converted to float64 before stepping, as the conformance test does
+for the reference env).
+
+Failure oracle: the walker fell. ``terminated`` before the step limit means game_over (hull on
+the ground) or walked backwards off the start (x < 0); both end the episode with reward -100,
+and nothing else terminates an episode, so ``is_failure = terminated``.
+
+Step limit: ``max_steps = 600`` by default (LLMTester's Table I; MDPFuzz uses 1000, CureFuzz
+and the replication 300, gymnasium's TimeLimit 2000). The course is ~89 m long; how many
+obstacles an episode meets depends on the walker's speed (gymnasium's 2000 steps are sized to
+cross it), and shorter caps leave the later positions of the sequence untested. Set
+``max_steps`` to change it: the reference env's TimeLimit follows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from envs.base import ActionSpec, BatchSimulator, InvalidStateError, Scenario, ScenarioError, StepBatch
+
+ENV_ID = "deltarl/BipedalWalkerObstacles-v0"
+N_OBSTACLES = 15
+STUMP, STAIRS, PIT = 1, 2, 3
+KIND_NAMES = {STUMP: "STUMP", STAIRS: "STAIRS", PIT: "PIT"}
+
+
+def _env_class():
+    """The gymnasium env class (defined lazily: importing Box2D only when needed)."""
+    global _ENV_CLASS
+    if _ENV_CLASS is not None:
+        return _ENV_CLASS
+    import Box2D
+    from gymnasium.envs.box2d import bipedal_walker as bw
+
+    TL, TS, TH = bw.TERRAIN_LENGTH, bw.TERRAIN_STEP, bw.TERRAIN_HEIGHT
+    TG, TSP, SCALE = bw.TERRAIN_GRASS, bw.TERRAIN_STARTPAD, bw.SCALE
+
+    class BipedalWalkerObstacles(bw.BipedalWalker):
+        """gymnasium's BipedalWalker (hardcore) whose obstacle kinds are given (module docs)."""
+
+        def __init__(self, render_mode=None, hardcore: bool = True):
+            super().__init__(render_mode=render_mode, hardcore=True)
+            self.obstacle_sequence = np.full(N_OBSTACLES, STUMP, dtype=np.int64)
+            self.obstacles: list[dict] = []  # what the last terrain holds, in order
+
+        def reset(self, *, seed=None, options=None):
+            # seed np_random here (gymnasium's reset seeds it again with the same seed: no-op
+            # for the stream, since super().reset(seed=None) keeps the generator)
+            if seed is not None:
+                super(bw.BipedalWalker, self).reset(seed=seed)
+                seed = None
+            # always draw the default sequence, so the stream after it does not depend on
+            # whether options were given: reset(seed=s) == reset(seed=s, options=<its draw>)
+            drawn = self.np_random.integers(1, 4, size=N_OBSTACLES)
+            seq = drawn if not options or options.get("obstacles") is None else options["obstacles"]
+            self.obstacle_sequence = check_sequence(seq)
+            # a fresh Box2D world: a reused one keeps broad-phase proxies and contact order from
+            # the previous episode, which changes the solver's order of operations, so the same
+            # (state, seed) would give a different trajectory depending on what ran before
+            self._destroy()
+            self.world = Box2D.b2World()
+            return super().reset(seed=None, options=options)
+
+        def step(self, action):
+            obs, reward, terminated, truncated, info = super().step(action)
+            if terminated and not (self.game_over or self.hull.position[0] < 0):
+                terminated = False  # reached the end of the course: not an end here (module docs)
+            return obs, reward, terminated, truncated, info
+
+        def _generate_terrain(self, hardcore):
+            """gymnasium's generator, with the kinds from ``obstacle_sequence`` and every other
+            random number drawn up front (a fixed count: the stream does not depend on kinds)."""
+            GRASS = 0
+            rng = self.np_random
+            rough = rng.uniform(-1, 1, size=TL)  # grass roughness, per tile
+            slots = TL  # an upper bound on the number of obstacles (each is >= 1 tile)
+            grass_len = rng.integers(TG / 2, TG, size=slots)  # grass after obstacle k
+            pit_len = rng.integers(3, 5, size=slots)
+            stump_size = rng.integers(1, 3, size=slots)
+            stair_up = rng.random(size=slots) > 0.5
+            stair_width = rng.integers(4, 5, size=slots)
+            stair_steps = rng.integers(3, 5, size=slots)
+
+            state = GRASS
+            velocity = 0.0
+            y = TH
+            counter = TSP
+            oneshot = False
+            k = -1  # index of the current obstacle
+            self.terrain = []
+            self.terrain_x = []
+            self.terrain_y = []
+            self.obstacles = []
+
+            def add_poly(poly):
+                self.fd_polygon.shape.vertices = poly
+                t = self.world.CreateStaticBody(fixtures=self.fd_polygon)
+                t.color1, t.color2 = (255, 255, 255), (153, 153, 153)
+                self.terrain.append(t)
+
+            stair_steps_k, stair_width_k, stair_height = 0, 0, 0
+            original_y = 0
+            for i in range(TL):
+                x = i * TS
+                self.terrain_x.append(x)
+
+                if state == GRASS and not oneshot:
+                    velocity = 0.8 * velocity + 0.01 * np.sign(TH - y)
+                    if i > TSP:
+                        velocity += rough[i] / SCALE
+                    y += velocity
+
+                elif state == PIT and oneshot:
+                    counter = int(pit_len[k])
+                    poly = [(x, y), (x + TS, y), (x + TS, y - 4 * TS), (x, y - 4 * TS)]
+                    add_poly(poly)
+                    add_poly([(p[0] + TS * counter, p[1]) for p in poly])
+                    self.obstacles.append(dict(kind=PIT, tile=i, x=x, width=counter))
+                    counter += 2
+                    original_y = y
+
+                elif state == PIT and not oneshot:
+                    y = original_y
+                    if counter > 1:
+                        y -= 4 * TS
+
+                elif state == STUMP and oneshot:
+                    counter = int(stump_size[k])
+                    add_poly([(x, y), (x + counter * TS, y), (x + counter * TS, y + counter * TS),
+                              (x, y + counter * TS)])
+                    self.obstacles.append(dict(kind=STUMP, tile=i, x=x, size=counter))
+
+                elif state == STAIRS and oneshot:
+                    stair_height = +1 if stair_up[k] else -1
+                    stair_width_k = int(stair_width[k])
+                    stair_steps_k = int(stair_steps[k])
+                    original_y = y
+                    for s in range(stair_steps_k):
+                        add_poly([
+                            (x + (s * stair_width_k) * TS, y + (s * stair_height) * TS),
+                            (x + ((1 + s) * stair_width_k) * TS, y + (s * stair_height) * TS),
+                            (x + ((1 + s) * stair_width_k) * TS, y + (-1 + s * stair_height) * TS),
+                            (x + (s * stair_width_k) * TS, y + (-1 + s * stair_height) * TS),
+                        ])
+                    self.obstacles.append(dict(kind=STAIRS, tile=i, x=x, steps=stair_steps_k,
+                                               width=stair_width_k, direction=stair_height))
+                    counter = stair_steps_k * stair_width_k
+
+                elif state == STAIRS and not oneshot:
+                    s = stair_steps_k * stair_width_k - counter - stair_height
+                    n = s / stair_width_k
+                    y = original_y + (n * stair_height) * TS
+
+                oneshot = False
+                self.terrain_y.append(y)
+                counter -= 1
+                if counter == 0:
+                    if state == GRASS:  # an obstacle: the next kind of the sequence
+                        k += 1
+                        state = int(self.obstacle_sequence[k % N_OBSTACLES])
+                        counter = 1  # overwritten by the obstacle's own length next tile
+                    else:
+                        state = GRASS
+                        counter = int(grass_len[k])
+                    oneshot = True
+
+            self.terrain_poly = []
+            for i in range(TL - 1):
+                poly = [(self.terrain_x[i], self.terrain_y[i]), (self.terrain_x[i + 1], self.terrain_y[i + 1])]
+                self.fd_edge.shape.vertices = poly
+                t = self.world.CreateStaticBody(fixtures=self.fd_edge)
+                color = (76, 255 if i % 2 == 0 else 204, 76)
+                t.color1 = color
+                t.color2 = color
+                self.terrain.append(t)
+                color = (102, 153, 76)
+                poly += [(poly[1][0], 0), (poly[0][0], 0)]
+                self.terrain_poly.append((poly, color))
+            self.terrain.reverse()
+
+    _ENV_CLASS = BipedalWalkerObstacles
+    return _ENV_CLASS
+
+
+_ENV_CLASS = None
+
+
+def make_env(**kwargs):
+    """The gymnasium env (entry point of ``deltarl/BipedalWalkerObstacles-v0``)."""
+    return _env_class()(**kwargs)
+
+
+def register() -> None:
+    import gymnasium as gym
+
+    if ENV_ID not in gym.registry:
+        gym.register(id=ENV_ID, entry_point="envs.bipedal:make_env", max_episode_steps=2000)
+
+
+def check_sequence(seq) -> np.ndarray:
+    """An obstacle sequence as int64 (15,), or :class:`InvalidStateError` saying why."""
+    arr = np.asarray(seq, dtype=np.float64).reshape(-1)
+    if arr.shape != (N_OBSTACLES,) or not np.all(np.isfinite(arr)) or np.any(arr != np.round(arr)) or np.any(
+        (arr < 1) | (arr > 3)
+    ):
+        raise InvalidStateError(f"an obstacle sequence is {N_OBSTACLES} integers in {{1, 2, 3}}, got {seq!r}")
+    return arr.astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------------
+# The batched simulator
+# ---------------------------------------------------------------------------------------------
+
+
+class BipedalSim(BatchSimulator):
+    """One BipedalWalkerObstacles env per episode, each live one stepped in turn."""
+
+    def __init__(self, scenario: "BipedalWalker", batch_size: int):
+        super().__init__(scenario, batch_size)
+        self.envs: list = []
+
+    def _reset(self, states, seeds):
+        n = states.shape[0]
+        cls = _env_class()
+        while len(self.envs) < n:
+            self.envs.append(cls())
+        obs = np.zeros((n, 24), dtype=np.float32)
+        for i in range(n):
+            o, _ = self.envs[i].reset(seed=self.scenario.episode_seed(seeds[i]),
+                                      options={"obstacles": states[i]})
+            obs[i] = o
+        self.obs = obs
+        return obs.copy()
+
+    def _step(self, actions, live):
+        n = self.n
+        a = np.asarray(actions, dtype=np.float64)
+        if a.shape != (n, 4):
+            raise ScenarioError(f"{self.scenario.name}: actions must have shape ({n}, 4), got {a.shape}")
+        if not np.all(np.isfinite(a[live])):
+            raise ScenarioError(f"{self.scenario.name}: actions must be finite")
+        out = StepBatch(obs=self.obs, reward=np.zeros(n), terminated=np.zeros(n, dtype=bool),
+                        truncated=np.zeros(n, dtype=bool))
+        for i in live.tolist():
+            o, r, te, _, _ = self.envs[i].step(a[i])
+            out.obs[i] = o
+            out.reward[i] = r
+            out.terminated[i] = te
+        self.obs = out.obs.copy()
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The scenario
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class BipedalWalker(Scenario):
+    """BipedalWalker hardcore; the initial state is the obstacle sequence (module docs).
+
+    ``mutate`` is the peer tools' operator: each position independently with probability
+    ``p = min(scale, 1)`` (default ``mutation_scale`` 0.1, the peers' Bernoulli(0.1)) moves to
+    one of the two other kinds, chosen uniformly (a shift of +1 or +2 mod 3). The peers'
+    ``clip((s + δ) mod 4, 1, 3)`` with δ ∈ {0, 1} is biased (3 → 1, 1 → 2, 2 → 3 only); this
+    operator reaches both other kinds. A larger ``scale`` changes more positions on average.
+    """
+
+    name: str = "BipedalWalker"
+    env_id: str = ENV_ID
+    state_names: tuple = tuple(f"obstacle_{k + 1}" for k in range(N_OBSTACLES))
+    state_meaning: tuple = tuple(
+        f"kind of the {k + 1}{'st' if k == 0 else 'nd' if k == 1 else 'rd' if k == 2 else 'th'} obstacle "
+        f"on the course: 1 stump, 2 stairs, 3 pit" for k in range(N_OBSTACLES)
+    )
+    low: np.ndarray = field(default_factory=lambda: np.full(N_OBSTACLES, 1.0))
+    high: np.ndarray = field(default_factory=lambda: np.full(N_OBSTACLES, 3.0))
+    obs_dim: int = 24
+    action: ActionSpec = field(
+        default_factory=lambda: ActionSpec("continuous", shape=(4,), low=-np.ones(4, np.float32), high=np.ones(4, np.float32))
+    )
+    max_steps: int = 600
+    grid_intervals: int = 3  # one cell per obstacle kind
+    mutation_scale: float = 0.1  # the per-position change probability
+    failure_rule: str = "the walker fell (hull touched the ground) or walked off the start (x < 0): terminated, reward -100"
+    stochastic: bool = True  # obstacle sizes and the initial push follow the episode seed
+    terrain_seed: int | None = None  # one seed for every episode: then the state alone decides
+
+    def __post_init__(self):
+        self.stochastic = self.terrain_seed is None
+
+    def __setattr__(self, name, value):
+        super().__setattr__(name, value)
+        if name == "terrain_seed":
+            super().__setattr__("stochastic", value is None)
+
+    def episode_seed(self, seed) -> int:
+        return int(seed) if self.terrain_seed is None else int(self.terrain_seed)
+
+    # -- the initial-state space (integers) --------------------------------------------------
+    def sample(self, rng, n):
+        """Uniform kinds, as the env's own reset (and the peers' ``randint(1, 4, 15)``)."""
+        return rng.integers(1, 4, size=(n, N_OBSTACLES)).astype(np.float64)
+
+    def sample_uniform(self, rng, n):
+        return self.sample(rng, n)
+
+    def mutate(self, states, rng, scale=None):
+        states = self.validate(states)
+        scale = self.mutation_scale if scale is None else float(scale)
+        if not np.isfinite(scale) or scale < 0:
+            raise ScenarioError(f"mutation scale must be a finite number >= 0, got {scale!r}")
+        p = min(scale, 1.0)
+        flip = rng.random(states.shape) < p
+        shift = rng.integers(1, 3, size=states.shape)  # +1 or +2 mod 3: one of the other kinds
+        kinds = states.astype(np.int64) - 1
+        return np.where(flip, (kinds + shift) % 3 + 1, kinds + 1).astype(np.float64)
+
+    def validate(self, states, *, atol=1e-9):
+        arr = super().validate(states, atol=atol)
+        frac = np.abs(arr - np.round(arr)) > atol
+        if frac.any():
+            i, j = np.argwhere(frac)[0]
+            raise InvalidStateError(
+                f"{self.name}: initial state #{i} has '{self.state_names[j]}' = {arr[i, j]:.6g}, not an "
+                f"integer; each value is an obstacle kind: 1 stump, 2 stairs, 3 pit"
+            )
+        return np.round(arr)
+
+    # -- simulation --------------------------------------------------------------------------
+    def simulator(self, batch_size):
+        return BipedalSim(self, batch_size)
+
+    def reference_env(self, **kwargs):
+        import gymnasium as gym
+
+        register()
+        kwargs.setdefault("max_episode_steps", self.max_steps)
+        return gym.make(self.env_id, **kwargs)
+
+    def reference_reset_to(self, env, state, seed=0):
+        obs, _ = env.reset(seed=self.episode_seed(seed), options={"obstacles": self.validate(state)[0]})
+        return obs
+
+    def is_failure(self, returns, lengths, terminated):
+        return np.asarray(terminated, dtype=bool)
+
+
+register()
