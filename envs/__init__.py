@@ -19,6 +19,7 @@ _REGISTRY = {
     "Hopper-v5": "envs.mujoco_envs:Hopper",
     "Walker2d-v5": "envs.mujoco_envs:Walker2d",
     "Hopper-Noise": "envs.mujoco_envs:HopperNoise",
+    "ACASXu": "envs.acasxu:AcasXu",
     "BipedalWalker": "envs.bipedal:BipedalWalker",
 }
 SCENARIOS = tuple(_REGISTRY)
