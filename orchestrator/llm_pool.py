@@ -3,8 +3,10 @@
     pool = make_llm_pool(config, run_dir, use_ray=True)
     replies = pool.generate([{"request_id": "g0-r0", "messages": [...]}, ...])   # in order
 
-On Ray: one named ``RateLimiter`` actor (``llm_rate_limiter`` in the campaign's namespace,
-``num_cpus=0``, async) shared by ``config.actors`` async ``LLMGenerator`` actors; requests are
+On Ray: one named, detached ``RateLimiter`` actor per endpoint, model and limits
+(``llm_rate_limiter-<hash>`` in namespace ``deltarl``, ``num_cpus=0``, async), shared by the
+``config.actors`` async ``LLMGenerator`` actors of every campaign on the cluster that calls that
+endpoint (a grid's campaigns share one budget); requests are
 dealt round-robin and awaited together, so up to ``max_concurrent`` calls are in flight while
 the limiter holds requests/min and tokens/min for all of them. Without Ray (``workers: 0``
 campaigns, tests) the same classes run on an event loop in a background thread.
@@ -105,13 +107,25 @@ class LocalLLMPool(_PoolBase):
             self._thread.join(timeout=10)
 
 
-def rate_limiter_actor(config: LLMConfig, name: str = "llm_rate_limiter", namespace: str | None = None):
-    """The campaign's shared limiter actor (created once; later calls get the same one)."""
+def limiter_name(config: LLMConfig) -> str:
+    """One limiter per endpoint, model and limits: campaigns of a grid that call the same
+    endpoint with the same key share it, so its limits hold for all of them together."""
+    import hashlib
+
+    key = f"{config.base_url}|{config.model}|{config.requests_per_minute}|{config.tokens_per_minute}|" \
+          f"{config.max_concurrent}"
+    return "llm_rate_limiter-" + hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
+def rate_limiter_actor(config: LLMConfig, name: str | None = None, namespace: str = "deltarl"):
+    """The shared limiter actor: named, detached (it outlives the campaign that created it, so
+    concurrent campaigns never lose it), created once per cluster; later calls get the same one."""
     import ray
 
     cls = ray.remote(num_cpus=0, max_concurrency=1000)(RateLimiter)
-    return cls.options(name=name, namespace=namespace, get_if_exists=True, lifetime=None).remote(
-        config.requests_per_minute, config.tokens_per_minute, config.max_concurrent)
+    return cls.options(name=name or limiter_name(config), namespace=namespace, get_if_exists=True,
+                       lifetime="detached").remote(config.requests_per_minute, config.tokens_per_minute,
+                                                   config.max_concurrent)
 
 
 def generator_actors(config: LLMConfig, limiter, n: int | None = None) -> list:
@@ -128,8 +142,7 @@ def generator_actors(config: LLMConfig, limiter, n: int | None = None) -> list:
 class RayLLMPool(_PoolBase):
     """``config.actors`` generator actors behind one named rate-limiter actor."""
 
-    def __init__(self, config: LLMConfig, audit_dir: Path | None = None, namespace: str | None = None,
-                 limiter_name: str | None = None):
+    def __init__(self, config: LLMConfig, audit_dir: Path | None = None):
         super().__init__(config, audit_dir)
         import ray
 
@@ -137,8 +150,7 @@ class RayLLMPool(_PoolBase):
 
         start_ray()
         self._ray = ray
-        self.limiter_name = limiter_name or f"llm_rate_limiter-{time.time_ns()}"
-        self.limiter = rate_limiter_actor(self.config, self.limiter_name, namespace)
+        self.limiter = rate_limiter_actor(self.config)
         self.actors = generator_actors(self.config, self.limiter)
 
     def _generate(self, requests):
@@ -162,15 +174,14 @@ class RayLLMPool(_PoolBase):
             except Exception:
                 pass
             self._ray.kill(a)
-        self._ray.kill(self.limiter)
-        self.actors = []
+        self.actors = []  # the limiter stays: other campaigns on this cluster may share it
 
 
-def make_llm_pool(config: LLMConfig | dict, run_dir: Path | None, *, use_ray: bool, namespace: str | None = None):
+def make_llm_pool(config: LLMConfig | dict, run_dir: Path | None, *, use_ray: bool):
     """The pool a campaign uses (audit files under ``run_dir/llm`` when ``run_dir`` is given)."""
     cfg = config if isinstance(config, LLMConfig) else LLMConfig(**config)
     audit = None if run_dir is None else Path(run_dir) / "llm"
-    return RayLLMPool(cfg, audit, namespace) if use_ray else LocalLLMPool(cfg, audit)
+    return RayLLMPool(cfg, audit) if use_ray else LocalLLMPool(cfg, audit)
 
 
 def attach_llm(fuzzer, campaign, run_dir: Path):

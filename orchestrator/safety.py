@@ -251,6 +251,10 @@ def summarize(run_dir: Path, scenario, st: SafetyState, campaign) -> dict:
         "grid_intervals": scenario.grid_intervals,
         "failure_rate": st.failures / st.episodes if st.episodes else float("nan"),
     }
+    from orchestrator.diversity import failure_diversity
+
+    # LLMTester's Table II: distinct entire / initial / terminal states of the failures (N = 10)
+    summary["failure_states"] = failure_diversity(run_dir, intervals=10)
     atomic_write_bytes(run_dir / "summary.json", json.dumps(summary, indent=2).encode())
     atomic_write_table(run_dir / "timeline.parquet",
                        pa.Table.from_pandas(pd.DataFrame(st.timeline), preserve_index=False))

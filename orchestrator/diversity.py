@@ -1,0 +1,74 @@
+"""Diversity of the failures a campaign found, as LLMTester's Table II counts it.
+
+The failing episodes are read back from the run's store (they are the replays: deltarl keeps
+every step). Each observation dimension is cut into ``intervals`` equal parts between the
+minimum and maximum value observed in those episodes; a state is the tuple of its parts. The
+counts are the distinct states over
+
+* ``entire``   — every observation of every failing episode (the final one included),
+* ``initial``  — the first observation of each failing episode,
+* ``terminal`` — the last observation of each failing episode (the failure scene).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from orchestrator.safety import SAFETY_PHASES
+
+
+def grid_cells(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, intervals: int) -> np.ndarray:
+    """Part index per value: ``intervals`` equal parts of [lo, hi] per dimension (the upper edge
+    goes to the last part; a dimension with lo == hi is one part)."""
+    width = np.where(hi > lo, hi - lo, 1.0)
+    return np.clip(np.floor((x - lo) / width * intervals), 0, intervals - 1).astype(np.int64)
+
+
+def count_distinct_rows(cells: np.ndarray) -> int:
+    return 0 if len(cells) == 0 else int(np.unique(cells, axis=0).shape[0])
+
+
+def state_diversity(trajectories: list[np.ndarray], intervals: int = 10) -> dict:
+    """Distinct entire / initial / terminal states of ``trajectories`` (each (T + 1, obs_dim))."""
+    trajs = [np.asarray(t, dtype=np.float64).reshape(len(t), -1) for t in trajectories if len(t)]
+    if not trajs:
+        return {"episodes": 0, "entire": 0, "initial": 0, "terminal": 0, "intervals": int(intervals)}
+    allobs = np.concatenate(trajs)
+    lo, hi = allobs.min(axis=0), allobs.max(axis=0)
+    first = np.stack([t[0] for t in trajs])
+    last = np.stack([t[-1] for t in trajs])
+    return {"episodes": len(trajs), "entire": count_distinct_rows(grid_cells(allobs, lo, hi, intervals)),
+            "initial": count_distinct_rows(grid_cells(first, lo, hi, intervals)),
+            "terminal": count_distinct_rows(grid_cells(last, lo, hi, intervals)), "intervals": int(intervals)}
+
+
+def failure_trajectories(run_dir: str | Path, phases=SAFETY_PHASES, role: str = "aut") -> list[np.ndarray]:
+    """The AUT's observation sequences of the failing episodes of ``phases`` (final obs included)."""
+    from orchestrator.store import RunStore
+
+    store = RunStore.open(run_dir)
+    eps = store.read_episodes(phase=list(phases), role=role, failure=True, columns=["episode_id", "final_obs"])
+    if len(eps) == 0:
+        return []
+    steps = store.read_steps(phase=list(phases), role=role, episode_ids=eps["episode_id"].to_numpy())
+    obs = steps["obs"].reshape(len(steps["obs"]), -1).astype(np.float64)
+    eid = steps["episode_id"]
+    bounds = np.flatnonzero(np.diff(eid)) + 1
+    starts = np.concatenate([[0], bounds]) if eid.size else np.zeros(0, int)
+    ends = np.concatenate([bounds, [eid.size]]) if eid.size else np.zeros(0, int)
+    finals = {int(e): np.asarray(f, dtype=np.float64).ravel() for e, f in zip(eps["episode_id"], eps["final_obs"])}
+    out = []
+    for a, b in zip(starts, ends):
+        f = finals.get(int(eid[a]))
+        seq = obs[a:b]
+        if f is not None and f.size == seq.shape[1] and np.all(np.isfinite(f)):
+            seq = np.concatenate([seq, f[None, :]])
+        out.append(seq)
+    return out
+
+
+def failure_diversity(run_dir: str | Path, intervals: int = 10, phases=SAFETY_PHASES) -> dict:
+    """Table II's # Entire / # Initial / # Terminal for the failures recorded in ``run_dir``."""
+    return state_diversity(failure_trajectories(run_dir, phases), intervals)
