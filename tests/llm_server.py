@@ -7,7 +7,7 @@ incoming request takes the next action of ``script`` (then ``default``):
 * ``ok``            — a well-formed answer in LLMTester's format: the six reasoning steps, then
   ``NEW_STATE: {...}``: the seed state read from the prompt, each value moved by a pseudo-random
   fraction (a hash of the prompt, so the same prompt gets the same answer) of ``step`` × its
-  valid range, clipped to the range;
+  valid range, clipped to the range (integer-valued seeds stay integers);
 * ``far``           — like ok but the state jumps far from the seed (excessive modification);
 * ``malformed``     — prose without a machine-readable state;
 * ``out_of_bounds`` — a state whose first value lies outside its range;
@@ -49,7 +49,8 @@ def scripted_state(prompt: str, step: float) -> dict:
     for k, (name, value) in enumerate(seed.items()):
         lo, hi = bounds[name]
         u = digest[k % len(digest)] / 255.0 * 2.0 - 1.0
-        out[name] = round(min(hi, max(lo, value + u * step * (hi - lo))), 6)
+        v = min(hi, max(lo, value + u * step * (hi - lo)))
+        out[name] = float(round(v)) if float(value).is_integer() and lo.is_integer() else round(v, 6)
     return out
 
 

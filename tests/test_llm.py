@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from envs import get_scenario
+from envs import SCENARIOS, get_scenario
 from orchestrator.campaign import CampaignError, load_campaign
 from orchestrator.fuzzers import Feedback, make_fuzzer
 from orchestrator.llm_pool import LocalLLMPool
@@ -75,6 +75,23 @@ def test_reply_parsing_and_its_errors():
     for text, msg in cases:
         with pytest.raises(ReplyError, match=msg):
             parse_reply(text, sc)
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_every_scenario_has_a_prompt_whose_answer_parses(name):
+    """Round trip on every registered scenario: the prompt describes all state values with their
+    ranges, the test double answers from it, and the answer parses into a valid state."""
+    from tests.llm_server import answer, scripted_state
+
+    sc = get_scenario(name)
+    info = ScenarioInfo.load(sc)  # the YAML file, when there is one, has only known keys
+    seed = sc.sample(np.random.default_rng(0), 1)[0]
+    msgs = build_messages(sc, info, seed, -1.0, [], info.expert)
+    for n in sc.state_names:
+        assert f"- {n}:" in msgs[1]["content"]
+    state = parse_reply(answer(scripted_state(msgs[1]["content"], 0.1)), sc)
+    assert state.shape == (sc.state_dim,) and np.all(state >= sc.low) and np.all(state <= sc.high)
+    assert info.overview and info.system_under_test
 
 
 # -- the client: retries, timeouts, fatal errors, no key in the record ------------------------
