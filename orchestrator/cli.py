@@ -353,6 +353,18 @@ def cmd_replay(args) -> int:
     return 0 if r["reproduced"] else 1
 
 
+def cmd_report(args) -> int:
+    from orchestrator.report import ReportError, write_report
+
+    try:
+        out = write_report(args.path, args.out, max_sequences=args.max_sequences)
+    except ReportError as exc:
+        print(f"deltarl: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"{out['tables']} tables, {out['figures']} figures\n  {out['markdown']}\n  {out['html']}  (self-contained)")
+    return 0
+
+
 def _print_challenger(card: dict, out: Path) -> None:
     ev = card["evaluation"]
     lines = [f"{card['algorithm']} challenger on {card['scenario']}: {card['steps']} gradient steps on "
@@ -616,6 +628,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="the campaign's run folder")
     p.add_argument("bug_id", type=int, help="the bug_id column of bugs.parquet")
     p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("report", help="write report.md and a self-contained report.html for a run or a grid",
+                       description="Tables in the Delta paper's layout with its numbers beside ours (mean ± 95% CI, "
+                       "Mann–Whitney U, Cohen's d, improvement over the best baseline), failures and bugs over time, "
+                       "bugs over the initial-state grid, AUT vs challenger returns, and behaviour clusters (DTW) of "
+                       "the AUT on the bugs. PATH: a run folder, a grid folder (results.parquet) or a folder of runs.")
+    p.add_argument("path", help="run folder, grid folder or folder of run folders")
+    p.add_argument("--out", default=None, help="where to write report.md, report.html, report_files/ (default: PATH)")
+    p.add_argument("--max-sequences", type=int, default=300,
+                   help="behaviour clustering: at most this many bug trajectories per run (seeded sample; default 300)")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("zoo-add", help="ship a finished training run in experiments/zoo",
                        description="Copy model.d3, policy.pt and card.json of a finished `deltarl train-aut` "
