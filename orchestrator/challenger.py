@@ -14,8 +14,11 @@ evaluated from the same 100 starts, and the training times of both (Fig. 4).
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
+
+import numpy as np
 
 from orchestrator.safety import SAFETY_PHASES
 
@@ -87,6 +90,14 @@ def train_run_challenger(
     if not resume and latest_checkpoint(out) is not None:
         raise TrainingError(f"{out} already holds a {algo} challenger; add --resume to continue it or choose another --out")
 
+    cache = challenger_cache_dir()
+    key = None
+    if cache is not None and not resume:
+        key = challenger_cache_key(store, phases, cfg, eval_episodes)
+        hit = cache / key
+        if (hit / "card.json").is_file() and (hit / "model.d3").is_file():
+            return _from_cache(hit, out, run_dir, store)
+
     start_ray()
     run = None
     if mlflow:
@@ -114,6 +125,73 @@ def train_run_challenger(
                                    "training_wall_seconds": card["training_wall_seconds"]}, step=state["step"])
         tracking.log_artifact(run, out / "card.json")
         tracking.end_run(run)
+    if key is not None:
+        _to_cache(out, cache / key)
+    return card
+
+
+# -- content-addressed cache of trained challengers ---------------------------------------------
+#
+# A grid that runs the same safety campaign (same seed: the same dataset D, bit for bit) under
+# several optimality fuzzers would train the same challenger once per campaign. With
+# DELTARL_CHALLENGER_CACHE set (grids set it to <grid output>/challenger-cache), a challenger is
+# stored under sha256(D's transitions, the training config, the evaluation size) and reused.
+
+_CACHED_FILES = ("model.d3", "policy.pt", "card.json", "training.json")
+
+
+def challenger_cache_dir() -> Path | None:
+    d = os.environ.get("DELTARL_CHALLENGER_CACHE")
+    return Path(d) if d else None
+
+
+def challenger_cache_key(store, phases, cfg, eval_episodes: int) -> str:
+    import dataclasses
+    import hashlib
+
+    steps = store.read_steps(phase=list(phases), role="aut")
+    h = hashlib.sha256()
+    for k in ("obs", "actions", "rewards", "terminals", "timeouts", "episode_id"):
+        arr = np.ascontiguousarray(steps[k] if k != "episode_id" else np.diff(steps[k]) != 0)
+        h.update(k.encode())
+        h.update(arr.tobytes())
+    h.update(json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=str).encode())
+    h.update(str(int(eval_episodes)).encode())
+    return h.hexdigest()[:24]
+
+
+def _to_cache(out: Path, dest: Path) -> None:
+    import shutil
+
+    if dest.is_dir():
+        return
+    tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
+    tmp.mkdir(parents=True, exist_ok=True)
+    for f in _CACHED_FILES:
+        if (out / f).is_file():
+            shutil.copy2(out / f, tmp / f)
+    try:
+        os.replace(tmp, dest)
+    except OSError:  # another campaign stored it first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _from_cache(hit: Path, out: Path, run_dir: Path, store) -> dict:
+    import shutil
+
+    out.mkdir(parents=True, exist_ok=True)
+    for f in _CACHED_FILES:
+        if (hit / f).is_file() and f != "card.json":
+            shutil.copy2(hit / f, out / f)
+    card = json.loads((hit / "card.json").read_text())
+    card.setdefault("dataset", {}).update(run_dir=str(run_dir), run_id=store.run_id)
+    for k, v in list(card.items()):  # paths inside the card point at this run's copy
+        if isinstance(v, str) and str(hit) in v:
+            card[k] = v.replace(str(hit), str(out))
+    card["from_cache"] = str(hit)
+    from orchestrator.store import atomic_write_bytes
+
+    atomic_write_bytes(out / "card.json", json.dumps(card, indent=2).encode())
     return card
 
 

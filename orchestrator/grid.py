@@ -12,6 +12,14 @@
       # a mapping sets several keys together (e.g. a scenario with its AUT):
       # env: [{scenario: CartPole-v1, aut: zoo:CartPole-v1}, {scenario: Acrobot-v1, aut: zoo:Acrobot-v1}]
     resources: {num_cpus: 1}         # per campaign (a Ray task); campaigns run in-process in it
+    profiles:                        # optional: named budgets; `deltarl grid FILE --profile paper`
+      local: {set: {safety.budget: {episodes: 500}}, axes: {seed: [0, 1, 2]}}
+      paper: {set: {safety.budget: {seconds: 7200}}, axes: {seed: [0, 1, 2, 3, 4]}}
+
+A profile's ``set`` overrides settings of ``base`` (dotted keys), its ``axes`` replace or add
+axes, and its output goes to ``OUTPUT/<profile>/``; without ``--profile`` the first one runs.
+Campaigns of a grid share a challenger cache (``OUTPUT/challenger-cache``): points that run
+the same safety campaign train each challenger once.
 
 Every campaign goes to ``OUTPUT/<name>-<index>/`` and is validated before anything runs. Each
 runs as a Ray task: the tasks are spread over the cluster by their resource requests, and one
@@ -45,7 +53,7 @@ def _set(d: dict, dotted: str, value) -> None:
     d[keys[-1]] = copy.deepcopy(value)
 
 
-def load_grid(path: str | os.PathLike) -> dict:
+def load_grid(path: str | os.PathLike, profile: str | None = None) -> dict:
     import yaml
 
     p = Path(path)
@@ -55,9 +63,11 @@ def load_grid(path: str | os.PathLike) -> dict:
         g = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
         raise GridError(f"grid file {p} is not valid YAML: {str(exc).splitlines()[0]}") from exc
-    unknown = set(g) - {"name", "output", "base", "axes", "resources"}
+    allowed = ("name", "output", "base", "axes", "resources", "profiles")
+    unknown = set(g) - set(allowed)
     if unknown:
-        raise GridError(f"grid file {p}: unknown key {sorted(unknown)[0]}; allowed: name, output, base, axes, resources")
+        raise GridError(f"grid file {p}: unknown key {sorted(unknown)[0]}; allowed: {', '.join(allowed)}")
+    profiles = g.pop("profiles", None) or {}
     for key in ("base", "axes", "output"):
         if key not in g:
             raise GridError(f"grid file {p}: missing {key}")
@@ -66,6 +76,27 @@ def load_grid(path: str | os.PathLike) -> dict:
         if not base.is_file():
             raise GridError(f"grid base campaign {base} not found")
         g["base"] = yaml.safe_load(base.read_text())
+    if profiles:
+        if not isinstance(profiles, dict) or not all(isinstance(v, dict) for v in profiles.values()):
+            raise GridError(f"grid file {p}: profiles must map names to mappings of settings")
+        if profile is None:
+            profile = next(iter(profiles))
+        if profile not in profiles:
+            raise GridError(f"grid file {p}: unknown profile {profile!r}; profiles: {', '.join(profiles)}")
+        prof = profiles[profile]
+        bad = set(prof) - {"set", "axes", "resources"}
+        if bad:
+            raise GridError(f"grid file {p}: profile {profile}: unknown key {sorted(bad)[0]}; allowed: set, axes, resources")
+        g.setdefault("base", {})
+        for dotted, value in (prof.get("set") or {}).items():
+            _set(g["base"], dotted, value)
+        g.setdefault("axes", {}).update(prof.get("axes") or {})
+        if "resources" in prof:
+            g["resources"] = prof["resources"]
+        g["output"] = str(Path(g.get("output", "runs/grids")) / profile)
+        g["profile"] = profile
+    elif profile is not None:
+        raise GridError(f"grid file {p} has no profiles (asked for {profile!r})")
     if not isinstance(g["axes"], dict) or not g["axes"] or not all(isinstance(v, list) and v for v in g["axes"].values()):
         raise GridError(f"grid file {p}: axes must map each setting to a non-empty list of values")
     g.setdefault("name", p.stem)
@@ -108,8 +139,11 @@ def _run_one(campaign_dict: dict, tracking_uri: str, experiment: str) -> dict:
     from orchestrator.campaign import campaign_from_dict
     from orchestrator.pipeline import run_campaign
 
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "DELTARL_MLFLOW_EXPERIMENT")}
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "DELTARL_MLFLOW_EXPERIMENT",
+                                             "DELTARL_CHALLENGER_CACHE")}
     os.environ.update(MLFLOW_TRACKING_URI=tracking_uri, DELTARL_MLFLOW_EXPERIMENT=experiment)
+    # campaigns of a grid that share a safety run (same seed, same D) train each challenger once
+    os.environ.setdefault("DELTARL_CHALLENGER_CACHE", str(Path(campaign_dict["output"]).parent / "challenger-cache"))
     torch.set_num_threads(1)
     try:
         c = campaign_from_dict(campaign_dict)

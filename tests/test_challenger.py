@@ -210,3 +210,25 @@ def test_campaign_challenger_section_is_validated(tmp_path):
     p.write_text(base + "challenger: {algos: [bc, bcq]}\n")
     c = load_campaign(p)
     assert c.challenger.algos == ["bc", "bcq"] and c.challenger.eval_episodes == 100
+
+
+def test_challenger_cache_reuses_training_on_the_same_D(cartpole_run, tmp_path, ray_cluster, monkeypatch):
+    """Same D and config: the second campaign copies the first one's challenger (grids set
+    DELTARL_CHALLENGER_CACHE); another config trains anew."""
+    import shutil
+
+    from orchestrator.challenger import train_run_challenger
+
+    monkeypatch.setenv("DELTARL_CHALLENGER_CACHE", str(tmp_path / "cache"))
+    first = train_run_challenger(cartpole_run, "bc", steps=30, out=tmp_path / "a", eval_episodes=3,
+                                 mlflow=False, progress=False)
+    assert "from_cache" not in first and len(list((tmp_path / "cache").iterdir())) == 1
+    twin = tmp_path / "twin"  # a copy of the run: the same D in another folder
+    shutil.copytree(cartpole_run, twin)
+    shutil.rmtree(twin / "challengers", ignore_errors=True)
+    second = train_run_challenger(twin, "bc", steps=30, eval_episodes=3, mlflow=False, progress=False)
+    assert second["from_cache"] and second["evaluation"] == first["evaluation"]
+    assert (twin / "challengers" / "bc" / "model.d3").read_bytes() == (tmp_path / "a" / "model.d3").read_bytes()
+    third = train_run_challenger(twin, "bc", steps=31, out=tmp_path / "c", eval_episodes=3, mlflow=False,
+                                 progress=False)
+    assert "from_cache" not in third and len(list((tmp_path / "cache").iterdir())) == 2

@@ -63,3 +63,42 @@ def test_a_grid_of_six_campaigns_runs_into_one_table(tmp_path, ray_cluster):
     again = run_grid(g, progress=False)
     assert again["failures"].tolist() == df["failures"].tolist()
     assert (tmp_path / "out" / "g-000" / "results.json").stat().st_mtime == mtime
+
+
+def test_profiles_set_budgets_axes_and_output(tmp_path):
+    p = tmp_path / "g.yaml"
+    p.write_text(f"""
+name: g
+output: {tmp_path / 'out'}
+base:
+  scenario: CartPole-v1
+  aut: "{BAL}"
+  safety: {{fuzzer: random, budget: {{episodes: 32}}}}
+axes:
+  safety.fuzzer: [random, mdpfuzz]
+profiles:
+  local: {{set: {{safety.budget: {{episodes: 50}}}}, axes: {{seed: [0, 1, 2]}}}}
+  paper: {{set: {{safety.budget: {{seconds: 7200}}, safety.sampling_fraction: 0.25}}, axes: {{seed: [0, 1, 2, 3, 4]}}}}
+""")
+    local = expand(load_grid(p))  # the first profile by default
+    assert len(local) == 6 and all(c.safety.budget.episodes == 50 for _, c in local)
+    assert all(str(tmp_path / "out" / "local") in c.output for _, c in local)
+    paper = expand(load_grid(p, profile="paper"))
+    assert len(paper) == 10 and all(c.safety.budget.seconds == 7200 and c.safety.budget.episodes is None
+                                    for _, c in paper)
+    with pytest.raises(GridError, match="unknown profile 'huge'; profiles: local, paper"):
+        load_grid(p, profile="huge")
+
+
+def test_every_paper_grid_expands_in_both_profiles(monkeypatch):
+    from pathlib import Path
+
+    monkeypatch.setenv("DELTARL_LLM_BASE_URL", "http://127.0.0.1:9/v1")  # LLMTester grids take it from here
+    monkeypatch.setenv("DELTARL_LLM_MODEL", "any")
+
+    files = sorted(Path("experiments/delta").glob("*.yaml")) + sorted(Path("experiments/llmtester").glob("*.yaml"))
+    assert len(files) >= 4
+    for f in files:
+        for profile in ("local", "paper"):
+            pts = expand(load_grid(f, profile=profile))
+            assert pts, f
