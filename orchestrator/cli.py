@@ -448,6 +448,62 @@ def _write_json_atomic(path: Path, obj) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# deltarl repair (Delta RQ4)
+# ---------------------------------------------------------------------------------------------
+
+
+def cmd_repair(args) -> int:
+    from orchestrator.repair import repair_run
+    from workers.repair import RepairConfig
+
+    cfg = RepairConfig(**{k: v for k, v in {"steps": args.steps, "learning_rate": args.lr, "alpha": args.alpha,
+                                            "batch_size": args.batch_size, "data": args.data,
+                                            "seed": args.seed}.items() if v is not None})
+    r = repair_run(args.run_dir, cfg, out=args.out, fuzz_budget=args.fuzz_budget, fuzz_fuzzer=args.fuzzer,
+                   fuzz_workers=args.fuzz_workers, eval_episodes=args.eval_episodes, force=args.force,
+                   progress=not args.quiet)
+    print(Path(r["aut_improved"]).with_name("repair.md").read_text())
+    print(f"files   {Path(r['aut_improved']).parent}/{{aut_improved.d3,repair.json,repair.md}}")
+    return 0
+
+
+def _add_repair_parser(sub) -> None:
+    p = sub.add_parser(
+        "repair",
+        help="fine-tune the AUT with CQL on the challenger's superior trajectories (AUT-Improved)",
+        description="Repair the AUT of an optimality run (Delta RQ4).\n\n"
+        "D_superior = the challenger's trajectories from the bug states (bugs.parquet; read from\n"
+        "steps/, re-run when not stored). The AUT's network, with its weights, is fine-tuned offline\n"
+        "with CQL (Double DQN -> DiscreteCQL, SAC -> CQL) on D_superior (the paper) or D ∪ D_superior\n"
+        "(--data union). Then AUT and AUT-Improved are compared: mean return ± 95% CI over 100 starts,\n"
+        "failures on the known failure states of the safety phase, returns and remaining bugs on the\n"
+        "bug states, and with --fuzz-budget a new safety campaign against each. Writes RUN_DIR/repair/:\n"
+        "aut_improved.d3, policy.pt, repair.json, repair.md (Table 5).",
+        epilog="Example:\n  deltarl run experiments/quickstart.yaml\n  deltarl repair runs/quickstart\n"
+        "  deltarl evaluate --policy runs/quickstart/repair/aut_improved.d3 --scenario CartPole-v1",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run_dir", help="a run folder with bugs.parquet (an optimality phase) and its challenger")
+    p.add_argument("--data", choices=["superior", "union"], default=None,
+                   help="fine-tuning data: superior = D_superior only (default, as the paper), union = D ∪ D_superior")
+    p.add_argument("--steps", type=int, default=None, help="CQL gradient steps (default 3000)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate of the Q-function / critic (default 1e-4)")
+    p.add_argument("--alpha", type=float, default=None, help="CQL conservative weight (default 1.0)")
+    p.add_argument("--batch-size", type=int, default=None, help="batch size (default: the AUT's)")
+    p.add_argument("--seed", type=int, default=None, help="fine-tuning seed (default 0)")
+    p.add_argument("--eval-episodes", type=int, default=100, help="starts for the mean return (default 100)")
+    p.add_argument("--fuzz-budget", type=int, default=None, metavar="N",
+                   help="also fuzz AUT-Improved and the AUT for safety failures, N episodes each (default: skip)")
+    p.add_argument("--fuzzer", default="curefuzz", help="the fuzzer of --fuzz-budget (default curefuzz)")
+    p.add_argument("--fuzz-workers", type=int, default=0,
+                   help="Ray rollout actors for --fuzz-budget (default 0: in this process, no Ray)")
+    p.add_argument("--out", default=None, help="output folder (default RUN_DIR/repair)")
+    p.add_argument("--force", action="store_true", help="replace an existing repair in the output folder")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_repair)
+
+
+# ---------------------------------------------------------------------------------------------
 # parser
 # ---------------------------------------------------------------------------------------------
 
@@ -645,6 +701,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "run into experiments/zoo/<scenario>-<algo>/ and regenerate the zoo's README.")
     p.add_argument("training_dir", help="the --out folder of deltarl train-aut")
     p.set_defaults(func=cmd_zoo_add)
+    _add_repair_parser(sub)
     return parser
 
 
