@@ -8,7 +8,7 @@ TORCH  ?= torch==2.13.0
 BIN    := $(VENV)/bin
 RUN    ?= runs/quickstart-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: run test bench install clean-runs
+.PHONY: run test bench install clean-runs browser
 
 $(BIN)/.deltarl-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,14 @@ install: $(BIN)/.deltarl-installed
 run: $(BIN)/.deltarl-installed
 	$(BIN)/deltarl run experiments/quickstart.yaml --out $(RUN)
 
-test: $(BIN)/.deltarl-installed
+# the report tests open the HTML in headless Chromium (Debian's package; root installs it here)
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); \
+	  else echo "note: no chromium on PATH; the report tests need it: sudo apt-get install -y chromium"; fi
+
+test: $(BIN)/.deltarl-installed browser
 	$(BIN)/python -m pytest -q
 
 bench: $(BIN)/.deltarl-installed

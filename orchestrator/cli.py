@@ -3,6 +3,15 @@
     deltarl scenarios                 list the scenarios and their initial-state spaces
     deltarl rollout --scenario S --policy URI --episodes N --out DIR
                                       run a policy from N initial states, write Parquet
+    deltarl evaluate | train-aut | zoo-add | train-challenger
+                                      agents: score, train, ship, train a challenger on D
+    deltarl run CAMPAIGN.yaml         safety -> challenger -> optimality (any fuzzer, LLMTester too)
+    deltarl grid GRID.yaml --profile local|paper
+                                      many campaigns as Ray tasks (the papers' tables)
+    deltarl repair RUN_DIR            fine-tune the AUT on the challenger's better trajectories
+    deltarl report RUN_OR_GRID_DIR    report.md + a self-contained report.html
+    deltarl replay | submit | jobs | logs | stop
+                                      re-run a bug; campaigns as Ray Jobs on a cluster
 
 Bad input (unknown scenario, invalid initial state, a policy that does not load or does not
 fit, an output folder holding another run) ends with one message on stderr and exit code 2,
@@ -288,7 +297,7 @@ def cmd_run(args) -> int:
 def cmd_grid(args) -> int:
     from orchestrator.grid import expand, load_grid, markdown_table, run_grid
 
-    grid = load_grid(args.grid)
+    grid = load_grid(args.grid, profile=args.profile)
     if args.out:
         grid["output"] = args.out
     if args.dry_run:
@@ -672,6 +681,9 @@ def build_parser() -> argparse.ArgumentParser:
                        "Running it again skips finished campaigns. Exit 1 when a campaign failed.",
                        epilog="Example: experiments/grids/cartpole-fuzzers.yaml")
     p.add_argument("grid", help="grid YAML file")
+    p.add_argument("--profile", default=None,
+                   help="the grid's named budget profile, e.g. local (laptop-sized) or paper (the papers' budgets); "
+                        "default: the first profile in the file")
     p.add_argument("--out", default=None, help="output folder (overrides the grid's)")
     p.add_argument("--dry-run", action="store_true", help="list the campaigns, run nothing")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
