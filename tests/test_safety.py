@@ -63,8 +63,12 @@ def test_bad_campaign_via_cli_exits_2_before_any_work(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_examples_are_valid():
+def test_examples_are_valid(monkeypatch):
     from pathlib import Path
+
+    # LLM-guided examples take their endpoint from the environment
+    monkeypatch.setenv("DELTARL_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("DELTARL_LLM_MODEL", "any")
 
     files = sorted((Path(__file__).resolve().parents[1] / "experiments" / "campaigns").glob("*.yaml"))
     assert files
