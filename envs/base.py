@@ -164,6 +164,12 @@ class Scenario(abc.ABC):
         noisy = states + rng.normal(size=states.shape) * (scale * width)
         return np.clip(noisy, self.low, self.high)
 
+    def project(self, states: np.ndarray) -> np.ndarray:
+        """The nearest valid initial states to arbitrary vectors (what a generator such as GMT's
+        diffusion model produces): clipped into the bounds here; scenarios with integer or
+        otherwise constrained states override it (e.g. rounding to obstacle kinds)."""
+        return np.clip(np.asarray(states, dtype=np.float64), self.low, self.high)
+
     def validate(self, states: np.ndarray, *, atol: float = 1e-9) -> np.ndarray:
         """Return ``states`` as float64 (n, d) or raise :class:`InvalidStateError` saying why."""
         arr = np.asarray(states, dtype=np.float64)

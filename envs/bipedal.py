@@ -361,6 +361,10 @@ class BipedalWalker(Scenario):
         kinds = states.astype(np.int64) - 1
         return np.where(flip, (kinds + shift) % 3 + 1, kinds + 1).astype(np.float64)
 
+    def project(self, states):
+        """Arbitrary vectors (e.g. GMT's generated ones) to the nearest obstacle kinds."""
+        return np.clip(np.rint(np.asarray(states, dtype=np.float64)), self.low, self.high)
+
     def validate(self, states, *, atol=1e-9):
         arr = super().validate(states, atol=atol)
         frac = np.abs(arr - np.round(arr)) > atol

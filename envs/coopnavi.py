@@ -347,6 +347,30 @@ class CoopNavi(Scenario):
         out[bad] = states[bad]
         return out
 
+    def project(self, states):
+        """Clip into the bounds, then push overlapping agents (landmarks) apart along the line
+        between them until every pair is valid: the nearest valid layout a generator's
+        vector maps to (deterministic; coincident pairs separate along x)."""
+        out = np.clip(np.asarray(states, dtype=np.float64), self.low, self.high)
+        pos = out.reshape(len(out), N_AGENTS + N_LANDMARKS, 2)
+        for _ in range(200):
+            bad = ~is_valid(out)
+            if not bad.any():
+                break
+            for off, min_sep in ((0, AGENT_MIN_SEP * 1.001), (N_AGENTS, LANDMARK_MIN_SEP * 1.001)):
+                for a, b in PAIRS:
+                    d = pos[:, off + b] - pos[:, off + a]
+                    dist = np.sqrt(np.sum(d * d, axis=1))
+                    close = bad & (dist < min_sep)
+                    if not close.any():
+                        continue
+                    u = np.where(dist[:, None] > 1e-12, d / np.maximum(dist, 1e-12)[:, None], [1.0, 0.0])
+                    push = 0.5 * (min_sep - dist)[:, None] * u
+                    pos[close, off + a] -= push[close]
+                    pos[close, off + b] += push[close]
+            np.clip(out, self.low, self.high, out=out)
+        return out
+
     def validate(self, states, *, atol=1e-9):
         arr = super().validate(states, atol=atol)
         _check_integrator(self.integrator)

@@ -142,6 +142,9 @@ def test_scenario_space_contract(name):
     assert 1 <= scenario.count_distinct(s) <= min(500, k ** int((width > 0).sum()))
     desc = scenario.describe()
     assert desc["name"] == scenario.name and len(desc["state"]) == d
+    # project: any vector (a generator's output) lands on a valid state
+    wild = rng.normal(size=(50, d)) * (width + 1.0) * 2 + (scenario.low + scenario.high) / 2
+    scenario.validate(scenario.project(wild))
 
 
 @pytest.mark.parametrize("name", SCENARIOS)

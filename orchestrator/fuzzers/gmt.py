@@ -408,7 +408,7 @@ class GMT(Fuzzer):
         out = np.broadcast_to(self.low, (n, self.low.size)).copy()
         z = np.clip(np.asarray(z, dtype=np.float64), -1.0, 1.0)
         out[:, self.active] = self.low[self.active] + (z + 1.0) / 2.0 * self.width
-        return np.clip(out, self.low, self.high)
+        return self.scenario.project(np.clip(out, self.low, self.high))
 
     def _seed_states(self, n: int) -> np.ndarray:
         if self.init == "uniform":
