@@ -330,3 +330,32 @@ def test_llmtester_campaign_against_the_local_server(tmp_path, ray_cluster, monk
     client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{run / 'mlflow.db'}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert runs and runs[0].data.metrics["llm_calls"] == last["llm_calls"]
+
+
+def test_llmtester_as_an_optimality_fuzzer(tmp_path):
+    """Under the differential oracle (AUT vs a challenger from the same LLM-made states)."""
+    from orchestrator.pipeline import run_campaign
+
+    with LLMStubServer(step=0.3) as srv:
+        p = tmp_path / "opt.yaml"
+        p.write_text(f"""
+scenario: CartPole-v1
+aut: random:3
+workers: 0
+output: {tmp_path / 'run'}
+mlflow: false
+safety: null
+optimality:
+  fuzzer: llmtester
+  challenger: "{BALANCER}"
+  budget: {{episodes: 48}}
+  sampling_fraction: 0.25
+  generation_size: 12
+llm: {{base_url: "{srv.base_url}", model: stub, requests_per_minute: 6000, timeout_s: 2}}
+""")
+        out = run_campaign(load_campaign(p), progress=False)
+    o = out["optimality"]
+    assert o["cases"] == 48 and o["bugs"] > 0  # the balancer beats a random AUT almost everywhere
+    timeline = pd.read_parquet(tmp_path / "run" / "optimality_timeline.parquet")
+    assert timeline["llm_calls"].iloc[-1] > 0
+    assert len(pd.read_parquet(tmp_path / "run" / "llm")) == timeline["llm_calls"].iloc[-1]
