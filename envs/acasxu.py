@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import gymnasium as gym
 import numpy as np
 
-from envs.base import ActionSpec, BatchSimulator, Scenario, ScenarioError, StepBatch
+from envs.base import InvalidStateError, ActionSpec, BatchSimulator, Scenario, ScenarioError, StepBatch
 
 ENV_ID = "deltarl/ACASXu-v0"
 DT = 0.1  # seconds per step
@@ -248,7 +248,11 @@ class AcasXu(Scenario):
     grid_intervals: int = 5
     mutation_scale: float = 0.02
     failure_rule: str = "separation < 200 ft at any time within 100 steps of 0.1 s (the episode terminates)"
-    version: str = "1"
+    version: str = "2"
+    # valid = escapable: a constant strong turn avoids the collision (the peers' check, and
+    # LLMTester's "unsolvable even by an optimal policy"); False tests every state in the bounds
+    require_escapable: bool = True
+    _checking: bool = field(default=False, repr=False, compare=False)
 
     def sample(self, rng, n):
         """The peers' sampler, vectorised: intruder speed U(10, 1100), range ρ U(1000, 60261) at
@@ -274,17 +278,81 @@ class AcasXu(Scenario):
     def escapable(self, states) -> np.ndarray:
         """Per state: does a constant strong-left or a constant strong-right turn for the whole
         episode keep the separation at or above 200 ft? (the peers' validity check)"""
-        states = self.validate(states)
+        states = Scenario.validate(self, states)
         ok = np.zeros(len(states), dtype=bool)
-        for adv in (3, 4):
-            sim = self.simulator(len(states))
-            sim.reset_to(states)
-            hit = np.zeros(len(states), dtype=bool)
-            act = np.full(len(states), adv, dtype=np.int64)
-            while not sim.done.all():
-                hit |= sim.step(act).terminated
-            ok |= ~hit
+        if len(states) == 0:
+            return ok
+        self._checking = True
+        try:
+            for adv in (3, 4):
+                sim = self.simulator(len(states))
+                sim.reset_to(states)
+                hit = np.zeros(len(states), dtype=bool)
+                act = np.full(len(states), adv, dtype=np.int64)
+                while not sim.done.all():
+                    hit |= sim.step(act).terminated
+                ok |= ~hit
+        finally:
+            self._checking = False
         return ok
+
+    def validate(self, states, *, atol=1e-9):
+        """The bounds, then (``require_escapable``) escapability: an encounter that no turn can
+        escape is not a test of the agent."""
+        arr = super().validate(states, atol=atol)
+        if self.require_escapable and not self._checking and len(arr):
+            bad = np.flatnonzero(~self.escapable(arr))
+            if bad.size:
+                i = int(bad[0])
+                raise InvalidStateError(
+                    f"{self.name}: initial state #{i} cannot be escaped: even a constant strong turn of the "
+                    f"ownship collides (intruder at x = {arr[i, 1]:.0f} ft, y = {arr[i, 2]:.0f} ft); move the intruder "
+                    f"further away or change its heading (or set require_escapable: false to test such states)")
+        return arr
+
+    def _keep_escapable(self, out, fallback, redraw=None, tries: int = 20):
+        if not self.require_escapable or len(out) == 0:
+            return out
+        bad = np.flatnonzero(~self.escapable(out))
+        for _ in range(tries if redraw is not None else 0):
+            if bad.size == 0:
+                break
+            out[bad] = redraw(bad)
+            bad = bad[~self.escapable(out[bad])]
+        out[bad] = fallback[bad]
+        return out
+
+    def mutate(self, states, rng, scale=None):
+        """The base mutation; a mutant that cannot be escaped is redrawn (20 tries, as the peers
+        retry their mutation), then replaced by its parent."""
+        states = self.validate(states)
+        out = super().mutate(states, rng, scale)
+        return self._keep_escapable(out, states, lambda idx: super(AcasXu, self).mutate(states[idx], rng, scale))
+
+    def sample_uniform(self, rng, n):
+        n = int(n)
+        out = np.zeros((0, self.state_dim))
+        while out.shape[0] < n:
+            cand = rng.uniform(self.low, self.high, size=(max(2 * (n - out.shape[0]), 16), self.state_dim))
+            if self.require_escapable:
+                cand = cand[self.escapable(cand)]
+            out = np.concatenate([out, cand])
+        return out[:n]
+
+    def project(self, states):
+        """Clip into the bounds, then move inescapable intruders outwards along their bearing
+        (× 1.25 per try) until a turn escapes them."""
+        out = np.clip(np.asarray(states, dtype=np.float64), self.low, self.high)
+        if not self.require_escapable:
+            return out
+        for _ in range(40):
+            bad = np.flatnonzero(~self.escapable(out))
+            if bad.size == 0:
+                break
+            xy = out[bad, 1:3]
+            far = np.where(np.abs(xy).sum(axis=1, keepdims=True) > 0, xy * 1.25, np.array([[0.0, RHO_SCALE]]))
+            out[bad, 1:3] = np.clip(far, self.low[1:3], self.high[1:3])
+        return out
 
     def simulator(self, batch_size):
         return _AcasXuSim(self, batch_size)

@@ -244,3 +244,26 @@ def test_zoo_entry_matches_the_numpy_agent(scenario, dnn, tmp_path):
     # torch and numpy sum in different orders: allow the odd float32 tie to break differently
     assert (shipped.act(obs) == want).mean() > 0.999
     assert (fresh.act(obs) == shipped.act(obs)).all()
+
+
+def test_inescapable_encounters_are_invalid_and_never_proposed():
+    """Valid = escapable (LLMTester's 'unsolvable even by an optimal policy'; the peers' check):
+    validate refuses an intruder 300 ft ahead flying at the ownship; mutation, uniform sampling
+    and projection only produce escapable encounters; require_escapable=False lifts it."""
+    from envs import InvalidStateError
+
+    sc = get_scenario("ACASXu")
+    doomed = np.array([[1000.0, 0.0, 300.0, -np.pi / 2, 800.0]])
+    assert not sc.escapable(doomed)[0]
+    with pytest.raises(InvalidStateError, match="cannot be escaped.*require_escapable"):
+        sc.validate(doomed)
+    rng = np.random.default_rng(0)
+    near = np.tile(np.array([[900.0, 0.0, 8000.0, -np.pi / 2, 800.0]]), (64, 1))  # head-on, escapable but barely
+    assert sc.escapable(near).all()
+    assert sc.escapable(sc.mutate(near, rng, scale=0.05)).all()
+    assert sc.escapable(sc.sample_uniform(rng, 64)).all()
+    projected = sc.project(np.vstack([doomed, near[:3]]))
+    assert sc.escapable(projected).all()
+    np.testing.assert_array_equal(projected[1:], near[:3])  # valid states stay where they are
+    free = get_scenario("ACASXu", require_escapable=False)
+    free.validate(doomed)
