@@ -46,9 +46,10 @@ def _bad_input_types() -> tuple:
     from workers.training import TrainingError
     from orchestrator.grid import GridError
     from orchestrator.jobs import JobError
+    from workers.llm import LLMConfigError, LLMFatalError
 
     return (ScenarioError, StoreError, PolicyError, TrainingError, CampaignError, FuzzerError, GridError, JobError,
-            UsageError)
+            LLMConfigError, LLMFatalError, UsageError)
 
 
 # ---------------------------------------------------------------------------------------------

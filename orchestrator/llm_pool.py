@@ -59,6 +59,7 @@ class _PoolBase:
     def __init__(self, config: LLMConfig, audit_dir: Path | None):
         self.config = config.check()
         self.audit = AuditLog(audit_dir)
+        self.ever_ok = False
         self.totals = {"llm_requests": 0, "llm_errors": 0, "llm_attempts": 0, "llm_prompt_tokens": 0,
                        "llm_completion_tokens": 0, "llm_latency_s": 0.0}
 
@@ -67,6 +68,14 @@ class _PoolBase:
             return []
         replies = self._generate(requests)
         self.audit.write(requests, replies)
+        if any(r["ok"] for r in replies):
+            self.ever_ok = True
+        elif not self.ever_ok and all(r["error"].startswith("connection error") for r in replies):
+            # never reached it once, and every attempt of this batch was refused: a wrong
+            # base_url or a server that is not running, not a transient failure
+            raise LLMFatalError(f"cannot reach the LLM endpoint {self.config.base_url}: {replies[0]['error']}; "
+                                f"check llm.base_url and that the server is running (the run keeps its "
+                                f"snapshots: fix it and add --resume)")
         for r in replies:
             self.totals["llm_requests"] += 1
             self.totals["llm_errors"] += int(not r["ok"])

@@ -359,3 +359,19 @@ llm: {{base_url: "{srv.base_url}", model: stub, requests_per_minute: 6000, timeo
     timeline = pd.read_parquet(tmp_path / "run" / "optimality_timeline.parquet")
     assert timeline["llm_calls"].iloc[-1] > 0
     assert len(pd.read_parquet(tmp_path / "run" / "llm")) == timeline["llm_calls"].iloc[-1]
+
+
+def test_an_endpoint_that_is_not_there_stops_with_a_clear_error():
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens on this port now
+    pool = LocalLLMPool(LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", max_retries=1,
+                                  backoff_s=0.01, timeout_s=1.0))
+    try:
+        with pytest.raises(LLMFatalError, match=f"cannot reach the LLM endpoint http://127.0.0.1:{port}/v1.*--resume"):
+            ask(pool, n=2)
+    finally:
+        pool.close()
