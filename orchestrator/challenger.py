@@ -91,42 +91,47 @@ def train_run_challenger(
         raise TrainingError(f"{out} already holds a {algo} challenger; add --resume to continue it or choose another --out")
 
     cache = challenger_cache_dir()
-    key = None
+    key = lock = None
     if cache is not None and not resume:
         key = challenger_cache_key(store, phases, cfg, eval_episodes)
         hit = cache / key
-        if (hit / "card.json").is_file() and (hit / "model.d3").is_file():
+        lock = _claim_or_wait(cache, key)  # None: another campaign trained it meanwhile
+        if lock is None and (hit / "card.json").is_file():
             return _from_cache(hit, out, run_dir, store)
 
-    start_ray()
-    run = None
-    if mlflow:
-        run = tracking.start_run(run_dir, "challenger-training", f"{scenario.name}-{algo}-s{cfg.seed}",
-                                 params={"config": dataclasses.asdict(cfg), "dataset": {"run_id": store.run_id,
-                                                                             "phases": list(phases),
-                                                                             "episodes": len(eps)}},
-                                 tags={"deltarl.kind": "challenger-training", "scenario": scenario.name,
-                                       "algo": algo})
-    t0 = time.perf_counter()
     try:
-        state = train_challenger_job(cfg, run_dir, out, phases=phases, resume=resume, tracking=run, progress=progress)
-        card = write_challenger_card(out, cfg, state, scenario, aut_uri=campaign.get("aut"),
-                                     eval_episodes=eval_episodes, dataset={
-                                         "run_dir": str(run_dir), "run_id": store.run_id, "phases": list(phases),
-                                         "episodes": state["episodes"], "transitions": state["transitions"]},
-                                     wall=time.perf_counter() - t0)
-    except BaseException:
+        start_ray()
+        run = None
+        if mlflow:
+            run = tracking.start_run(run_dir, "challenger-training", f"{scenario.name}-{algo}-s{cfg.seed}",
+                                     params={"config": dataclasses.asdict(cfg), "dataset": {
+                                         "run_id": store.run_id, "phases": list(phases), "episodes": len(eps)}},
+                                     tags={"deltarl.kind": "challenger-training", "scenario": scenario.name,
+                                           "algo": algo})
+        t0 = time.perf_counter()
+        try:
+            state = train_challenger_job(cfg, run_dir, out, phases=phases, resume=resume, tracking=run,
+                                         progress=progress)
+            card = write_challenger_card(out, cfg, state, scenario, aut_uri=campaign.get("aut"),
+                                         eval_episodes=eval_episodes, dataset={
+                                             "run_dir": str(run_dir), "run_id": store.run_id, "phases": list(phases),
+                                             "episodes": state["episodes"], "transitions": state["transitions"]},
+                                         wall=time.perf_counter() - t0)
+        except BaseException:
+            if run:
+                tracking.end_run(run, "FAILED")
+            raise
         if run:
-            tracking.end_run(run, "FAILED")
-        raise
-    if run:
-        ev = card["evaluation"]
-        tracking.log_metrics(run, {"final_mean_return": ev["mean_return"], "final_success_rate": ev["success_rate"],
-                                   "training_wall_seconds": card["training_wall_seconds"]}, step=state["step"])
-        tracking.log_artifact(run, out / "card.json")
-        tracking.end_run(run)
-    if key is not None:
-        _to_cache(out, cache / key)
+            ev = card["evaluation"]
+            tracking.log_metrics(run, {"final_mean_return": ev["mean_return"], "final_success_rate": ev["success_rate"],
+                                       "training_wall_seconds": card["training_wall_seconds"]}, step=state["step"])
+            tracking.log_artifact(run, out / "card.json")
+            tracking.end_run(run)
+        if key is not None:
+            _to_cache(out, cache / key)
+    finally:
+        if lock is not None:
+            lock.unlink(missing_ok=True)
     return card
 
 
@@ -136,6 +141,9 @@ def train_run_challenger(
 # several optimality fuzzers would train the same challenger once per campaign. With
 # DELTARL_CHALLENGER_CACHE set (grids set it to <grid output>/challenger-cache), a challenger is
 # stored under sha256(D's transitions, the training config, the evaluation size) and reused.
+# Campaigns that need the same entry at the same time wait for the one that trains it (a lock
+# file), so every campaign of one D compares against the same challenger (BCQ training is not
+# bit-reproducible across processes: two trainings of one seed differ).
 
 _CACHED_FILES = ("model.d3", "policy.pt", "card.json", "training.json")
 
@@ -158,6 +166,32 @@ def challenger_cache_key(store, phases, cfg, eval_episodes: int) -> str:
     h.update(json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=str).encode())
     h.update(str(int(eval_episodes)).encode())
     return h.hexdigest()[:24]
+
+
+def _claim_or_wait(cache: Path, key: str, timeout_s: float = 6 * 3600.0, poll_s: float = 2.0):
+    """Claim the right to train entry ``key`` (returns the lock file), or wait while another
+    campaign trains it and return None once its entry exists. A lock whose owner died (the
+    entry never appears and the lock is older than ``timeout_s``) is taken over."""
+    cache.mkdir(parents=True, exist_ok=True)
+    lock = cache / f".{key}.lock"
+    t0 = time.monotonic()
+    while True:
+        if (cache / key / "card.json").is_file():
+            return None
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            os.write(fd, str(os.getpid()).encode())
+            os.close(fd)
+            return lock
+        except FileExistsError:
+            try:
+                stale = time.time() - lock.stat().st_mtime > timeout_s
+            except FileNotFoundError:
+                continue
+            if stale or time.monotonic() - t0 > timeout_s:
+                lock.unlink(missing_ok=True)
+                continue
+            time.sleep(poll_s)
 
 
 def _to_cache(out: Path, dest: Path) -> None:
