@@ -463,6 +463,7 @@ def section_table1(doc: Doc, runs: list[Run], scenario: str, paper: dict):
                   caption=f"{scenario}: returns of the AUT and the offline challengers trained on its test record D")
     else:
         doc.p(f"Challengers: {NOT_IN_RUN}.")
+    section_training_time(doc, cards, scenario, runs[0].aut)
     if safety:
         by = {}
         for s in safety:
@@ -475,6 +476,26 @@ def section_table1(doc: Doc, runs: list[Run], scenario: str, paper: dict):
         doc.table(["safety fuzzer", "runs", "episodes per run", "failures", "distinct failures",
                    "paper failures (CureFuzz, 2 h)"], srows,
                   caption=f"{scenario}: safety failures of the AUT (mean ± 95% CI over runs)")
+
+
+def section_training_time(doc: Doc, cards: list, scenario: str, aut: str):
+    """Fig. 4: training time of the AUT (its zoo card) and the median of each challenger algorithm."""
+    aut_s = next((c["aut"].get("training_wall_seconds") for c in cards
+                  if (c.get("aut") or {}).get("training_wall_seconds")), None)
+    by_algo: dict[str, list] = {}
+    for c in cards:
+        if c.get("training_wall_seconds"):
+            by_algo.setdefault(c["config"]["algo"], []).append(float(c["training_wall_seconds"]))
+    if not by_algo:
+        return
+    rows = [[f"AUT ({aut})", "1", f"{aut_s:.0f}" if aut_s else "not recorded", ""]]
+    for algo, secs in sorted(by_algo.items()):
+        med = float(np.median(secs))
+        rows.append([algo.upper(), str(len(secs)), f"{med:.0f}",
+                     f"{100 * med / aut_s:.1f}%" if aut_s else ""])
+    doc.table(["agent", "trainings", "wall seconds (median)", "of the AUT's"], rows, align="lrrr",
+              caption=f"{scenario}: training time of the AUT and of the challengers (Delta Fig. 4; wall time on "
+                      f"the machine that trained each, shared cores included)")
 
 
 def _opt_table(doc: Doc, runs: list[Run], scenario: str, methods: list[str], paper_tab: dict, caption: str,
