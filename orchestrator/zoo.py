@@ -50,7 +50,7 @@ def write_index(zoo: str | Path | None = None) -> Path:
         lines.append(
             f"| {c['agent']} | {c['algorithm']} | {c['steps']} | {c['seed']} | {c['training_wall_seconds'] / 60:.0f} min "
             f"| {ev['mean_return']:.1f} ± {ev['ci95_margin']:.1f} | {100 * ev['success_rate']:.0f}% "
-            f"| ≥ {target[0]} ({target[1]}) |"
+            f"| {f'≥ {target[0]} ({target[1]})' if target[0] != '' else '—'} |"
         )
     out = root / "README.md"
     out.write_text("\n".join(lines) + "\n")

@@ -28,8 +28,10 @@ def test_evaluate_reproduces_the_card(card_path):
 
     card = json.loads(card_path.read_text())
     agent = card_path.parent
-    for f in FILES:
-        assert (agent / f).is_file()
+    if card["steps"] > 0:  # trained by deltarl (not an external agent such as the ACAS Xu networks)
+        for f in FILES:
+            assert (agent / f).is_file()
+    assert card["files"], f"{agent.name}: the card lists no files"
     for f, digest in card["files"].items():
         assert hashlib.sha256((agent / f).read_bytes()).hexdigest() == digest, f"{agent.name}/{f} changed"
     ev = card["evaluation"]
@@ -50,4 +52,6 @@ def test_index_lists_every_agent(tmp_path):
     for card_path in CARDS:
         card = json.loads(card_path.read_text())
         assert f"| {card['agent']} |" in text
-        assert str(TARGETS[card["scenario"]][0]) in text
+        target = TARGETS.get(card["scenario"])
+        if target:
+            assert str(target[0]) in text
