@@ -11,7 +11,7 @@ from orchestrator.grid import GridError, expand, load_grid, run_grid
 BAL = "python:workers.examples:cartpole_balancer"
 
 
-def grid_file(tmp_path, axes: str, extra_base: str = "") -> dict:
+def grid_file(tmp_path, axes: str, extra_base: str = "", profile: str | None = None, tail: str = "") -> dict:
     p = tmp_path / "g.yaml"
     p.write_text(f"""
 name: g
@@ -23,8 +23,8 @@ base:
 {extra_base}
 axes:
 {axes}
-""")
-    return load_grid(p)
+{tail}""")
+    return load_grid(p, profile=profile)
 
 
 def test_expansion_crosses_axes_and_couples_mapping_values(tmp_path):
@@ -66,28 +66,21 @@ def test_a_grid_of_six_campaigns_runs_into_one_table(tmp_path, ray_cluster):
 
 
 def test_profiles_set_budgets_axes_and_output(tmp_path):
-    p = tmp_path / "g.yaml"
-    p.write_text(f"""
-name: g
-output: {tmp_path / 'out'}
-base:
-  scenario: CartPole-v1
-  aut: "{BAL}"
-  safety: {{fuzzer: random, budget: {{episodes: 32}}}}
-axes:
-  safety.fuzzer: [random, mdpfuzz]
-profiles:
-  local: {{set: {{safety.budget: {{episodes: 50}}}}, axes: {{seed: [0, 1, 2]}}}}
-  paper: {{set: {{safety.budget: {{seconds: 7200}}, safety.sampling_fraction: 0.25}}, axes: {{seed: [0, 1, 2, 3, 4]}}}}
-""")
-    local = expand(load_grid(p))  # the first profile by default
+    profiles = """profiles:
+  local: {set: {safety.budget: {episodes: 50}}, axes: {seed: [0, 1, 2]}}
+  paper: {set: {safety.budget: {seconds: 7200}, safety.sampling_fraction: 0.25}, axes: {seed: [0, 1, 2, 3, 4]}}"""
+
+    def load(profile=None):
+        return grid_file(tmp_path, "  safety.fuzzer: [random, mdpfuzz]", profile=profile, tail=profiles)
+
+    local = expand(load())  # the first profile by default
     assert len(local) == 6 and all(c.safety.budget.episodes == 50 for _, c in local)
     assert all(str(tmp_path / "out" / "local") in c.output for _, c in local)
-    paper = expand(load_grid(p, profile="paper"))
+    paper = expand(load("paper"))
     assert len(paper) == 10 and all(c.safety.budget.seconds == 7200 and c.safety.budget.episodes is None
                                     for _, c in paper)
     with pytest.raises(GridError, match="unknown profile 'huge'; profiles: local, paper"):
-        load_grid(p, profile="huge")
+        load("huge")
 
 
 def test_every_paper_grid_expands_in_both_profiles(monkeypatch):
