@@ -871,34 +871,43 @@ class RunStore:
         ``action_size``). d3rlpy drops the last step of non-terminated episodes from the
         transitions (no next observation), as for any d3rlpy dataset.
         """
-        from d3rlpy.constants import ActionSpace
-        from d3rlpy.dataset import MDPDataset
-
         s = self.read_steps(phase=phase, role=role, fuzzer=fuzzer, episode_ids=episode_ids)
-        n = s["rewards"].shape[0]
-        if n == 0:
+        if s["rewards"].shape[0] == 0:
             raise StoreError(
                 f"run {self.run_id!r} in {self.root} has no steps for phase={phase!r}, role={role!r}"
                 + ("" if fuzzer is None else f", fuzzer={fuzzer!r}")
                 + "; nothing to build a dataset from"
             )
-        eid = s["episode_id"]
-        last = np.ones(n, dtype=bool)
-        last[:-1] = eid[1:] != eid[:-1]
-        terminals = s["terminals"] & last
-        timeouts = (s["timeouts"] | (last & ~terminals)) & ~terminals & last
         discrete = self.action_kind == "discrete"
         if action_size is None:
             action_size = self.meta.get("action_size")
         if action_size is None:
             action_size = int(s["actions"].max()) + 1 if discrete else int(s["actions"].shape[1])
-        obs = s["obs"].reshape(n, -1) if s["obs"].ndim > 2 else s["obs"]
-        return MDPDataset(
-            observations=np.ascontiguousarray(obs, dtype=np.float32),
-            actions=s["actions"] if discrete else np.ascontiguousarray(s["actions"], dtype=np.float32),
-            rewards=s["rewards"].astype(np.float32),
-            terminals=terminals.astype(np.float32),
-            timeouts=timeouts.astype(np.float32),
-            action_space=ActionSpace.DISCRETE if discrete else ActionSpace.CONTINUOUS,
-            action_size=int(action_size),
-        )
+        return steps_to_mdp_dataset(s, discrete=discrete, action_size=int(action_size))
+
+
+def steps_to_mdp_dataset(steps: dict, *, discrete: bool, action_size: int):
+    """A d3rlpy ``MDPDataset`` from steps in the form :meth:`RunStore.read_steps` returns them
+    (episodes contiguous, t ascending). Every episode ends with exactly one of terminal /
+    timeout: a last step with neither gets ``timeout = 1``, a step flagged both keeps only
+    ``terminal``."""
+    from d3rlpy.constants import ActionSpace
+    from d3rlpy.dataset import MDPDataset
+
+    n = int(np.asarray(steps["rewards"]).shape[0])
+    eid = np.asarray(steps["episode_id"])
+    last = np.ones(n, dtype=bool)
+    last[:-1] = eid[1:] != eid[:-1]
+    terminals = np.asarray(steps["terminals"], bool) & last
+    timeouts = (np.asarray(steps["timeouts"], bool) | (last & ~terminals)) & ~terminals & last
+    obs = np.asarray(steps["obs"])
+    actions = np.asarray(steps["actions"])
+    return MDPDataset(
+        observations=np.ascontiguousarray(obs.reshape(n, -1), dtype=np.float32),
+        actions=actions.astype(np.int64, copy=False) if discrete else np.ascontiguousarray(actions, dtype=np.float32),
+        rewards=np.asarray(steps["rewards"]).astype(np.float32),
+        terminals=terminals.astype(np.float32),
+        timeouts=timeouts.astype(np.float32),
+        action_space=ActionSpace.DISCRETE if discrete else ActionSpace.CONTINUOUS,
+        action_size=int(action_size),
+    )

@@ -82,38 +82,24 @@ def rollout_steps(result) -> dict:
 def steps_to_dataset(parts: list[dict], *, discrete: bool, action_size: int):
     """One d3rlpy ``MDPDataset`` from several step tables (each as ``RunStore.read_steps``
     returns them: episodes contiguous, t ascending). Episodes never merge across parts; every
-    episode ends with exactly one of terminal / timeout (as ``RunStore.to_mdp_dataset``)."""
-    from d3rlpy.constants import ActionSpace
-    from d3rlpy.dataset import MDPDataset
+    episode ends with exactly one of terminal / timeout (``orchestrator.store.steps_to_mdp_dataset``)."""
+    from orchestrator.store import steps_to_mdp_dataset
 
-    obs, act, rew, term, tout = [], [], [], [], []
-    for s in parts:
-        n = int(np.asarray(s["rewards"]).shape[0])
-        if n == 0:
-            continue
-        eid = np.asarray(s["episode_id"])
-        last = np.ones(n, dtype=bool)
-        last[:-1] = eid[1:] != eid[:-1]
-        terminals = np.asarray(s["terminals"], bool) & last
-        timeouts = (np.asarray(s["timeouts"], bool) | (last & ~terminals)) & ~terminals & last
-        o = np.asarray(s["obs"], np.float32)
-        obs.append(o.reshape(n, -1))
-        act.append(np.asarray(s["actions"]))
-        rew.append(np.asarray(s["rewards"], np.float32))
-        term.append(terminals)
-        tout.append(timeouts)
-    if not obs:
+    parts = [s for s in parts if int(np.asarray(s["rewards"]).shape[0])]
+    if not parts:
         raise TrainingError("repair: the fine-tuning dataset is empty (no superior trajectories)")
-    actions = np.concatenate(act)
-    return MDPDataset(
-        observations=np.ascontiguousarray(np.concatenate(obs)),
-        actions=actions.astype(np.int64) if discrete else np.ascontiguousarray(actions, dtype=np.float32),
-        rewards=np.concatenate(rew),
-        terminals=np.concatenate(term).astype(np.float32),
-        timeouts=np.concatenate(tout).astype(np.float32),
-        action_space=ActionSpace.DISCRETE if discrete else ActionSpace.CONTINUOUS,
-        action_size=int(action_size),
-    )
+    keys = ("obs", "actions", "rewards", "terminals", "timeouts")
+    merged = {k: np.concatenate([np.asarray(s[k]).reshape(len(s["rewards"]), -1) if k == "obs" else np.asarray(s[k])
+                                 for s in parts]) for k in keys}
+    # episode ids renumbered part by part, so that two parts' ids never join two episodes
+    ids, base = [], 0
+    for s in parts:
+        eid = np.asarray(s["episode_id"])
+        new = base + np.concatenate([[0], np.cumsum(eid[1:] != eid[:-1])])
+        ids.append(new)
+        base = int(new[-1]) + 1
+    merged["episode_id"] = np.concatenate(ids)
+    return steps_to_mdp_dataset(merged, discrete=discrete, action_size=action_size)
 
 
 # ---------------------------------------------------------------------------------------------
