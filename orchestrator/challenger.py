@@ -219,9 +219,6 @@ def _from_cache(hit: Path, out: Path, run_dir: Path, store) -> dict:
             shutil.copy2(hit / f, out / f)
     card = json.loads((hit / "card.json").read_text())
     card.setdefault("dataset", {}).update(run_dir=str(run_dir), run_id=store.run_id)
-    for k, v in list(card.items()):  # paths inside the card point at this run's copy
-        if isinstance(v, str) and str(hit) in v:
-            card[k] = v.replace(str(hit), str(out))
     card["from_cache"] = str(hit)
     from orchestrator.store import atomic_write_bytes
 
