@@ -118,6 +118,19 @@ class BatchSimulator(abc.ABC):
         """Advance the episodes with indices ``live``; return arrays of length n."""
 
 
+def grid_index(x: np.ndarray, low: np.ndarray, high: np.ndarray, intervals: int) -> np.ndarray:
+    """Part index per value: each dimension of [low, high] cut into ``intervals`` equal parts
+    (values on the upper edge go to the last part; a dimension with low == high is one part)."""
+    width = np.where(high > low, high - low, 1.0)
+    idx = np.floor((x - low) / width * intervals).astype(np.int64)
+    return np.clip(idx, 0, intervals - 1)
+
+
+def count_distinct_rows(cells: np.ndarray) -> int:
+    """Number of distinct rows (grid cells) in ``cells``."""
+    return 0 if len(cells) == 0 else int(np.unique(cells, axis=0).shape[0])
+
+
 @dataclass
 class Scenario(abc.ABC):
     """An environment seen as a space of initial states (see the module docstring)."""
@@ -221,16 +234,11 @@ class Scenario(abc.ABC):
         """Grid cell index per state: each dimension cut into ``intervals`` equal parts of the
         bounds (values on the upper edge go to the last part). Returns (n, d) int64 indices."""
         k = self.grid_intervals if intervals is None else int(intervals)
-        states = np.asarray(states, dtype=np.float64).reshape(-1, self.state_dim)
-        width = np.where(self.high > self.low, self.high - self.low, 1.0)
-        idx = np.floor((states - self.low) / width * k).astype(np.int64)
-        return np.clip(idx, 0, k - 1)
+        return grid_index(np.asarray(states, dtype=np.float64).reshape(-1, self.state_dim), self.low, self.high, k)
 
     def count_distinct(self, states: np.ndarray, intervals: int | None = None) -> int:
         """Number of distinct grid cells holding at least one of ``states``."""
-        if len(states) == 0:
-            return 0
-        return int(np.unique(self.grid_cells(states, intervals), axis=0).shape[0])
+        return count_distinct_rows(self.grid_cells(states, intervals)) if len(states) else 0
 
     def describe(self) -> dict:
         return {

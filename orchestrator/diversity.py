@@ -16,18 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from envs.base import count_distinct_rows, grid_index
 from orchestrator.safety import SAFETY_PHASES
-
-
-def grid_cells(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, intervals: int) -> np.ndarray:
-    """Part index per value: ``intervals`` equal parts of [lo, hi] per dimension (the upper edge
-    goes to the last part; a dimension with lo == hi is one part)."""
-    width = np.where(hi > lo, hi - lo, 1.0)
-    return np.clip(np.floor((x - lo) / width * intervals), 0, intervals - 1).astype(np.int64)
-
-
-def count_distinct_rows(cells: np.ndarray) -> int:
-    return 0 if len(cells) == 0 else int(np.unique(cells, axis=0).shape[0])
 
 
 def state_diversity(trajectories: list[np.ndarray], intervals: int = 10) -> dict:
@@ -39,9 +29,9 @@ def state_diversity(trajectories: list[np.ndarray], intervals: int = 10) -> dict
     lo, hi = allobs.min(axis=0), allobs.max(axis=0)
     first = np.stack([t[0] for t in trajs])
     last = np.stack([t[-1] for t in trajs])
-    return {"episodes": len(trajs), "entire": count_distinct_rows(grid_cells(allobs, lo, hi, intervals)),
-            "initial": count_distinct_rows(grid_cells(first, lo, hi, intervals)),
-            "terminal": count_distinct_rows(grid_cells(last, lo, hi, intervals)), "intervals": int(intervals)}
+    return {"episodes": len(trajs), "entire": count_distinct_rows(grid_index(allobs, lo, hi, intervals)),
+            "initial": count_distinct_rows(grid_index(first, lo, hi, intervals)),
+            "terminal": count_distinct_rows(grid_index(last, lo, hi, intervals)), "intervals": int(intervals)}
 
 
 def failure_trajectories(run_dir: str | Path, phases=SAFETY_PHASES, role: str = "aut") -> list[np.ndarray]:

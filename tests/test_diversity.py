@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from orchestrator.diversity import grid_cells, state_diversity
+from envs.base import grid_index
+from orchestrator.diversity import state_diversity
 
 
 def test_counts_by_hand():
@@ -20,7 +21,7 @@ def test_counts_by_hand():
 
 def test_grid_edges_and_constant_dimensions():
     x = np.array([[0.0, 5.0], [1.0, 5.0], [0.5, 5.0]])
-    cells = grid_cells(x, np.array([0.0, 5.0]), np.array([1.0, 5.0]), 4)
+    cells = grid_index(x, np.array([0.0, 5.0]), np.array([1.0, 5.0]), 4)
     assert cells.tolist() == [[0, 0], [3, 0], [2, 0]]
 
 
