@@ -217,12 +217,13 @@ def validate_campaign(c: Campaign) -> None:
                 (c.llm or LLMConfig()).check()
             except LLMConfigError as exc:
                 raise CampaignError(f"{where}.fuzzer: {spec.fuzzer} asks an LLM for new scenarios, but {exc}") from exc
-    if c.llm is not None:
+    # an llm section with an endpoint must be usable even when no fuzzer of this campaign asks
+    # for it (a grid may switch the fuzzer); without an endpoint it is only checked above
+    if c.llm is not None and c.llm.resolved().base_url and c.llm.resolved().model:
         try:
             c.llm.check()
         except LLMConfigError as exc:
-            if c.llm.resolved().base_url and c.llm.resolved().model:
-                raise CampaignError(f"llm: {exc}") from exc
+            raise CampaignError(f"llm: {exc}") from exc
     if c.safety is None and c.challenger is None and c.optimality is None:
         raise CampaignError("the campaign has no phase: give a safety, challenger or optimality section")
     if c.workers < 0:
