@@ -59,9 +59,7 @@ class _PoolBase:
     def __init__(self, config: LLMConfig, audit_dir: Path | None):
         self.config = config.check()
         self.audit = AuditLog(audit_dir)
-        self.ever_ok = False
-        self.totals = {"llm_requests": 0, "llm_errors": 0, "llm_attempts": 0, "llm_prompt_tokens": 0,
-                       "llm_completion_tokens": 0, "llm_latency_s": 0.0}
+        self.ever_ok = False  # the endpoint answered at least once (for telling a wrong URL from an outage)
 
     def generate(self, requests: list[dict]) -> list[dict]:
         if not requests:
@@ -76,19 +74,7 @@ class _PoolBase:
             raise LLMFatalError(f"cannot reach the LLM endpoint {self.config.base_url}: {replies[0]['error']}; "
                                 f"check llm.base_url and that the server is running (the run keeps its "
                                 f"snapshots: fix it and add --resume)")
-        for r in replies:
-            self.totals["llm_requests"] += 1
-            self.totals["llm_errors"] += int(not r["ok"])
-            self.totals["llm_attempts"] += int(r["attempts"])
-            self.totals["llm_prompt_tokens"] += int(r["prompt_tokens"])
-            self.totals["llm_completion_tokens"] += int(r["completion_tokens"])
-            self.totals["llm_latency_s"] += float(r["latency_s"])
         return replies
-
-    __call__ = generate
-
-    def stats(self) -> dict:
-        return dict(self.totals)
 
 
 class LocalLLMPool(_PoolBase):

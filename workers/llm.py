@@ -289,8 +289,6 @@ class LLMGenerator:
         self._key: str | None = None
         self._session = None
         self._rng = random.Random(seed)
-        self.calls = 0
-        self.failed = 0
 
     def set_api_key(self, key: str | None) -> bool:
         self._key = key or None
@@ -338,7 +336,6 @@ class LLMGenerator:
         t0 = time.monotonic()
         session = await self._http()
         last_error = ""
-        self.calls += 1
         for attempt in range(1, cfg.max_retries + 2):
             reply.attempts = attempt
             tw = time.monotonic()
@@ -372,7 +369,6 @@ class LLMGenerator:
                             403: f"the key in {cfg.api_key_env} lacks access to model {cfg.model!r}",
                             404: f"check llm.base_url ({cfg.base_url}) and llm.model ({cfg.model})"}.get(
                         status, "the request was refused; check llm.model and the endpoint's limits")
-                    self.failed += 1
                     raise LLMFatalError(f"the LLM endpoint answered HTTP {status}: {hint}. "
                                         f"Reply: {redact(body[:300], key)}")
                 else:
@@ -386,7 +382,6 @@ class LLMGenerator:
             if attempt <= cfg.max_retries:
                 await asyncio.sleep(self._backoff(attempt, retry_after if status == 429 else None))
         if not reply.ok:
-            self.failed += 1
             reply.error = f"{last_error} (after {reply.attempts} attempts)"
         reply.latency_s = time.monotonic() - t0
         return reply.to_dict()
@@ -394,6 +389,3 @@ class LLMGenerator:
     async def close(self) -> None:
         if self._session is not None and not self._session.closed:
             await self._session.close()
-
-    def stats(self) -> dict:
-        return {"calls": self.calls, "failed": self.failed}
