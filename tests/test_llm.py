@@ -243,11 +243,8 @@ def test_multi_scale_sends_only_low_potential_seeds_to_the_llm():
 
 def test_alpha_adapts_as_eq_6():
     f = make_fuzzer("llmtester", get_scenario("CartPole-v1"), seed=0, alpha=20.0, beta=0.5, delta=0.1)
-    c = f._counters
-
     def fail_at(tests, fails):
-        c["fuzz_tests"], c["fuzz_failures"] = tests, fails
-        f._update_alpha()
+        f._update_alpha(tests, fails)
         return f.alpha
 
     assert fail_at(10, 1) == 20.0  # the first failure sets f = 0.1

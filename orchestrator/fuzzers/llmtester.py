@@ -49,7 +49,7 @@ from orchestrator.llm_prompt import ReplyError, ScenarioInfo, build_messages, pa
 
 LLM_COUNTERS = ("llm_calls", "llm_ok", "llm_failed", "llm_unparseable", "llm_invalid", "llm_excessive",
                 "llm_insufficient", "llm_fallbacks", "random_mutations", "llm_prompt_tokens",
-                "llm_completion_tokens", "fuzz_tests", "fuzz_failures", "alpha_updates")
+                "llm_completion_tokens", "alpha_updates")
 
 
 class LLMNotAttachedError(RuntimeError):
@@ -179,8 +179,13 @@ class LLMTester(MDPFuzz):
         tags = proposal.tags
         returns = np.asarray(feedback.returns, dtype=np.float64)
         failure = np.asarray(feedback.failure, dtype=bool)
-        for i in np.flatnonzero(tags["kind"] == "mutant"):
-            self._counters["fuzz_tests"] += 1
+        mutants = np.flatnonzero(tags["kind"] == "mutant")
+        # MDPFuzz's observe has counted this generation's mutants (the fuzzing tests) and their
+        # failures; Algorithm 1 looks at the failure rate as each new failure arrives
+        tests = self._counters["episodes_mutant"] - mutants.size
+        fails = self._counters["failures_mutant"] - int(failure[mutants].sum())
+        for i in mutants:
+            tests += 1
             if tags["operator"][i] == "llm" and not failure[i]:
                 gain = returns[i] - tags["parent_return"][i]
                 if gain > self.t_r:
@@ -190,13 +195,14 @@ class LLMTester(MDPFuzz):
                         f"raised the policy's reward from {tags['parent_return'][i]:.4g} to {returns[i]:.4g}; "
                         f"modify the seed so the reward falls.")
             if failure[i]:
-                self._counters["fuzz_failures"] += 1
+                fails += 1
                 if self.multi_scale:
-                    self._update_alpha()
+                    self._update_alpha(tests, fails)
 
-    def _update_alpha(self) -> None:
-        """Algorithm 1's Update_parameters (Eq. 6), after a new failure."""
-        rate = self._counters["fuzz_failures"] / max(1, self._counters["fuzz_tests"])
+    def _update_alpha(self, tests: int, fails: int) -> None:
+        """Algorithm 1's Update_parameters (Eq. 6), after a new failure: ``fails`` of ``tests``
+        fuzzing tests so far failed."""
+        rate = fails / max(1, tests)
         if self._last_rate is None:
             self._last_rate = rate
         elif rate < (1.0 - self.delta) * self._last_rate:
@@ -213,7 +219,8 @@ class LLMTester(MDPFuzz):
         out = super().stats()
         out["alpha"] = self.alpha
         out["last_failure_rate"] = float("nan") if self._last_rate is None else self._last_rate
-        out["llm_share"] = (self._counters["llm_calls"] / max(1, self._counters["fuzz_tests"]))
+        out["fuzz_tests"] = self._counters["episodes_mutant"]
+        out["llm_share"] = self._counters["llm_calls"] / max(1, out["fuzz_tests"])
         return out
 
     def state_dict(self) -> dict:
