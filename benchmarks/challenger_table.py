@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None) -> int:
-    from orchestrator.stats import mean_ci
+    from orchestrator.analysis.stats import mean_ci
 
     runs = [Path(p) for p in (argv if argv is not None else sys.argv[1:])]
     cards = [json.loads(p.read_text()) for r in runs for p in sorted(r.glob("challengers/*/card.json"))]

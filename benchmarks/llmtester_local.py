@@ -48,9 +48,14 @@ def main() -> None:
     ap.add_argument("--out", default="runs/llmtester-local")
     args = ap.parse_args()
 
-    from orchestrator.campaign import Budget, Campaign, SafetySpec, validate_campaign
-    from orchestrator.safety import run_safety
-    from orchestrator.stats import mean_ci
+    from orchestrator.analysis.stats import mean_ci
+    from orchestrator.campaign.config import (
+        Budget,
+        Campaign,
+        SafetySpec,
+        validate_campaign,
+    )
+    from orchestrator.campaign.safety import run_safety
     from workers.llm import LLMConfig
 
     stack = contextlib.ExitStack()

@@ -39,8 +39,8 @@ METRICS = ("bugs", "distinct_bugs", "distance")
 
 
 def run_one(args, config: str, seed: int) -> dict:
-    from orchestrator.campaign import campaign_from_dict
-    from orchestrator.optimality import run_optimality
+    from orchestrator.campaign.config import campaign_from_dict
+    from orchestrator.campaign.optimality import run_optimality
 
     fuzzer, params = CONFIGS[config]
     out = Path(args.runs) / args.scenario / f"{config.replace(' ', '_').replace('/', '')}-s{seed}"
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from orchestrator.stats import mean_ci
+    from orchestrator.analysis.stats import mean_ci
 
     configs = args.configs.split(",")
     raw: dict[str, list[dict]] = {}

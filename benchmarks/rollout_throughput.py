@@ -55,7 +55,7 @@ def batched(scenario, policy, states, batch_size):
 
 
 def on_ray(scenario, uri, states, batch_size, workers=2):
-    from orchestrator.driver import RolloutPool, start_ray
+    from orchestrator.cluster.driver import RolloutPool, start_ray
 
     start_ray(num_cpus=workers)
     pool = RolloutPool(scenario.name, {"aut": uri}, workers=workers, batch_size=batch_size, in_flight=2)

@@ -27,9 +27,9 @@ def main(argv=None) -> int:
     ap.add_argument("--generation-size", type=int, default=64)
     args = ap.parse_args(argv)
 
-    from orchestrator.campaign import campaign_from_dict
-    from orchestrator.driver import start_ray
-    from orchestrator.safety import run_safety
+    from orchestrator.campaign.config import campaign_from_dict
+    from orchestrator.campaign.safety import run_safety
+    from orchestrator.cluster.driver import start_ray
 
     start_ray()
     rows = []

@@ -7,9 +7,16 @@ registered names. Nothing in this package imports Ray.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 
-from envs.base import ActionSpec, BatchSimulator, InvalidStateError, Scenario, ScenarioError, StepBatch
-
+from envs.base import (
+    ActionSpec,
+    BatchSimulator,
+    InvalidStateError,
+    Scenario,
+    ScenarioError,
+    StepBatch,
+)
 
 # name -> "module:class"; modules are imported on first use (MuJoCo only when needed)
 _REGISTRY = {
@@ -76,7 +83,24 @@ def get_scenario(name: str, **overrides) -> Scenario:
     return scenario
 
 
+@dataclass(frozen=True)
+class ScenarioRef:
+    """A scenario by name and overrides: what campaign files, run folders and Ray actors pass
+    around. ``build()`` makes the :class:`Scenario` (a phase builds it once and reuses it)."""
+
+    name: str
+    overrides: tuple = ()
+
+    @classmethod
+    def of(cls, name: str, overrides: dict | None = None) -> "ScenarioRef":
+        return cls(str(name), tuple(sorted((overrides or {}).items())))
+
+    def build(self) -> Scenario:
+        return get_scenario(self.name, **dict(self.overrides))
+
+
 __all__ = [
+    "ScenarioRef",
     "ActionSpec",
     "BatchSimulator",
     "InvalidStateError",

@@ -32,7 +32,14 @@ from dataclasses import dataclass, field
 import gymnasium as gym
 import numpy as np
 
-from envs.base import InvalidStateError, ActionSpec, BatchSimulator, Scenario, ScenarioError, StepBatch
+from envs.base import (
+    ActionSpec,
+    BatchSimulator,
+    InvalidStateError,
+    Scenario,
+    ScenarioError,
+    StepBatch,
+)
 
 ENV_ID = "deltarl/ACASXu-v0"
 DT = 0.1  # seconds per step

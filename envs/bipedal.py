@@ -61,7 +61,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from envs.base import ActionSpec, BatchSimulator, InvalidStateError, Scenario, ScenarioError, StepBatch
+from envs.base import (
+    ActionSpec,
+    BatchSimulator,
+    InvalidStateError,
+    Scenario,
+    ScenarioError,
+    StepBatch,
+)
 
 ENV_ID = "deltarl/BipedalWalkerObstacles-v0"
 N_OBSTACLES = 15

@@ -7,10 +7,9 @@ environment started in the same state.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import itertools
 import math
+from dataclasses import dataclass, field
 
 import numpy as np
 

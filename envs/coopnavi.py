@@ -50,7 +50,14 @@ from dataclasses import dataclass, field
 import gymnasium as gym
 import numpy as np
 
-from envs.base import ActionSpec, BatchSimulator, InvalidStateError, Scenario, ScenarioError, StepBatch
+from envs.base import (
+    ActionSpec,
+    BatchSimulator,
+    InvalidStateError,
+    Scenario,
+    ScenarioError,
+    StepBatch,
+)
 
 ENV_ID = "deltarl/CoopNavi-v0"
 N_AGENTS = 3

@@ -17,7 +17,7 @@ def ray_cluster():
     """A real local Ray cluster (``ray.init(address="local")``), started once per session."""
     import ray
 
-    from orchestrator.driver import start_ray
+    from orchestrator.cluster.driver import start_ray
 
     resources = start_ray(num_cpus=2, dashboard=False, object_store_bytes=512 * 1024 * 1024)
     yield resources

@@ -8,7 +8,14 @@ import pytest
 
 from envs import get_scenario
 from envs.acasxu import NMAC_FT, AcasXuEnv
-from workers.acasxu_policy import MEANS, RANGES, AcasXuDNN, AcasXuError, AlwaysCOC, network_path
+from workers.acasxu_policy import (
+    MEANS,
+    RANGES,
+    AcasXuDNN,
+    AcasXuError,
+    AlwaysCOC,
+    network_path,
+)
 
 
 @pytest.fixture(scope="module")

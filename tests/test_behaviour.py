@@ -9,7 +9,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.behaviour import TAUS, bug_trajectories, cluster, cluster_run, dtw_distance, dtw_matrix, normalise
+from orchestrator.analysis.behaviour import (
+    TAUS,
+    bug_trajectories,
+    cluster,
+    cluster_run,
+    dtw_distance,
+    dtw_matrix,
+    normalise,
+)
 
 
 def numpy_dtw(a: np.ndarray, b: np.ndarray) -> float:
@@ -117,8 +125,8 @@ def test_cluster_edge_cases():
 def test_bug_trajectories_from_a_run(tmp_path):
     """A real optimality run (random AUT against the balancer): one AUT observation sequence per bug,
     starting at the bug's initial state (CartPole observes its state), as long as the AUT's episode."""
-    from orchestrator.campaign import load_campaign
-    from orchestrator.pipeline import run_campaign
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.campaign.pipeline import run_campaign
 
     p = tmp_path / "c.yaml"
     p.write_text(f"""

@@ -10,19 +10,25 @@ import numpy as np
 import pytest
 
 from envs import SCENARIOS, get_scenario
-from orchestrator.store import RunStore, StoreError
-from workers.challenger import ALGOS, ChallengerConfig, challenger_config, list_presets, train_challenger
+from orchestrator.runs.store import RunStore, StoreError
+from workers.challenger import (
+    ALGOS,
+    ChallengerConfig,
+    challenger_config,
+    list_presets,
+    train_challenger,
+)
 from workers.policies import load_policy
 from workers.rollout import rollout
-from workers.training import TrainingError, latest_checkpoint
+from workers.training import TrainingError
 
 BALANCER = "python:workers.examples:cartpole_balancer"
 
 
 def safety_run(tmp_path, scenario="CartPole-v1", aut=BALANCER, episodes=48, name="safety", extra=""):
     """A small real safety run (in this process) whose record D the challengers learn from."""
-    from orchestrator.campaign import load_campaign
-    from orchestrator.safety import run_safety
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.campaign.safety import run_safety
 
     out = tmp_path / name
     p = tmp_path / f"{name}.yaml"
@@ -103,8 +109,8 @@ def test_each_algorithm_trains_on_continuous_D(hopper_run, tmp_path, algo):
 def test_ray_train_job_card_mlflow_and_resume(cartpole_run, tmp_path, ray_cluster):
     import mlflow
 
-    from orchestrator.challenger import train_run_challenger
-    from orchestrator.evaluation import evaluate_policy
+    from orchestrator.analysis.evaluation import evaluate_policy
+    from orchestrator.campaign.challenger import train_run_challenger
 
     out = tmp_path / "bcq"
     # the safety run's campaign names the AUT: the card evaluates both from the same starts
@@ -180,7 +186,7 @@ def test_bad_hyperparameters_and_data_are_named(cartpole_run, hopper_run, tmp_pa
     with pytest.raises(TrainingError, match="dataset observations have 11 dimensions, CartPole-v1 has 4"):
         train_challenger(challenger_config("CartPole-v1", "bc", steps=2), hop, tmp_path / "x")
     with pytest.raises(StoreError, match="no AUT episodes in phases"):
-        from orchestrator.challenger import train_run_challenger
+        from orchestrator.campaign.challenger import train_run_challenger
 
         train_run_challenger(cartpole_run, "bc", phases=("optimality",), progress=False)
 
@@ -194,7 +200,7 @@ def test_cli_train_challenger_bad_input_exits_2(tmp_path, capsys):
 
 
 def test_campaign_challenger_section_is_validated(tmp_path):
-    from orchestrator.campaign import CampaignError, load_campaign
+    from orchestrator.campaign.config import CampaignError, load_campaign
 
     p = tmp_path / "c.yaml"
     base = f"scenario: CartPole-v1\naut: {BALANCER}\noutput: {tmp_path / 'o'}\n"
@@ -217,7 +223,7 @@ def test_challenger_cache_reuses_training_on_the_same_D(cartpole_run, tmp_path, 
     DELTARL_CHALLENGER_CACHE); another config trains anew."""
     import shutil
 
-    from orchestrator.challenger import train_run_challenger
+    from orchestrator.campaign.challenger import train_run_challenger
 
     monkeypatch.setenv("DELTARL_CHALLENGER_CACHE", str(tmp_path / "cache"))
     first = train_run_challenger(cartpole_run, "bc", steps=30, out=tmp_path / "a", eval_episodes=3,

@@ -47,8 +47,8 @@ def test_raycluster_manifest():
 
 
 def test_rayjob_entrypoint_is_a_deltarl_grid_that_expands(tmp_path):
+    from orchestrator.campaign.grid import expand, load_grid
     from orchestrator.cli import build_parser
-    from orchestrator.grid import expand, load_grid
 
     job = yaml.safe_load((REPO / "k8s" / "rayjob-grid.yaml").read_text())
     assert job["apiVersion"] == "ray.io/v1" and job["kind"] == "RayJob"

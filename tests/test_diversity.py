@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from envs.base import grid_index
-from orchestrator.diversity import state_diversity
+from orchestrator.analysis.diversity import state_diversity
 
 
 def test_counts_by_hand():
@@ -26,8 +26,8 @@ def test_grid_edges_and_constant_dimensions():
 
 
 def test_safety_summary_counts_failure_states(tmp_path):
-    from orchestrator.campaign import load_campaign
-    from orchestrator.safety import run_safety
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.campaign.safety import run_safety
 
     p = tmp_path / "c.yaml"
     p.write_text(f"scenario: CartPole-v1\naut: random:0\nworkers: 0\noutput: {tmp_path / 'run'}\nmlflow: false\n"

@@ -33,9 +33,9 @@ safety:
 
 @pytest.mark.slow
 def test_a_killed_driver_resumes_without_losing_or_duplicating_episodes(tmp_path):
-    from orchestrator.campaign import load_campaign
-    from orchestrator.safety import run_safety
-    from orchestrator.store import RunStore
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.campaign.safety import run_safety
+    from orchestrator.runs.store import RunStore
 
     out = tmp_path / "killed"
     p = tmp_path / "c.yaml"
@@ -79,10 +79,10 @@ def test_a_rollout_actor_killed_mid_campaign_loses_and_duplicates_nothing(tmp_pa
     record equals the in-process run's, every episode once."""
     import ray
 
-    from orchestrator import driver
-    from orchestrator.campaign import load_campaign
-    from orchestrator.safety import run_safety
-    from orchestrator.store import RunStore
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.campaign.safety import run_safety
+    from orchestrator.cluster import driver
+    from orchestrator.runs.store import RunStore
 
     real_map = driver.RolloutPool.map
     calls = {"n": 0, "killed": 0}

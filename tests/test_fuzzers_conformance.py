@@ -25,9 +25,10 @@ from orchestrator.fuzzers import FUZZERS, Feedback, FuzzerError, make_fuzzer
 from workers.policies import load_policy
 from workers.rollout import rollout
 
+
 @pytest.fixture(scope="module")
 def make():
-    from orchestrator.llm_pool import LocalLLMPool
+    from orchestrator.cluster.llm_pool import LocalLLMPool
     from tests.llm_server import LLMStubServer
     from workers.llm import LLMConfig
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from orchestrator.grid import GridError, expand, load_grid, run_grid
+from orchestrator.campaign.grid import GridError, expand, load_grid, run_grid
 
 BAL = "python:workers.examples:cartpole_balancer"
 

@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -47,8 +46,8 @@ def head(tmp_path_factory):
 
 @pytest.mark.slow
 def test_submit_a_campaign_as_a_ray_job(head, tmp_path, monkeypatch):
-    from orchestrator import jobs
-    from orchestrator.campaign import load_campaign
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.cluster import jobs
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     p = tmp_path / "c.yaml"

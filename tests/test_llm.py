@@ -5,7 +5,6 @@ limiter across 4 Ray actors, LLMTester's multi-scale strategy, and the whole loo
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -14,10 +13,15 @@ import pandas as pd
 import pytest
 
 from envs import SCENARIOS, get_scenario
-from orchestrator.campaign import CampaignError, load_campaign
-from orchestrator.fuzzers import Feedback, make_fuzzer
-from orchestrator.llm_pool import LocalLLMPool
-from orchestrator.llm_prompt import ReplyError, ScenarioInfo, build_messages, parse_reply
+from orchestrator.campaign.config import CampaignError, load_campaign
+from orchestrator.cluster.llm_pool import LocalLLMPool
+from orchestrator.fuzzers import make_fuzzer
+from orchestrator.fuzzers.llm_prompt import (
+    ReplyError,
+    ScenarioInfo,
+    build_messages,
+    parse_reply,
+)
 from tests.llm_server import LLMStubServer
 from workers.llm import LLMConfig, LLMConfigError, LLMFatalError, RateLimiter
 
@@ -197,7 +201,7 @@ def test_rate_limit_holds_across_four_actors(ray_cluster):
     them at least 0.25 s apart and the server sees them arrive at that pace."""
     import ray
 
-    from orchestrator.llm_pool import RayLLMPool
+    from orchestrator.cluster.llm_pool import RayLLMPool
 
     with LLMStubServer() as srv:
         pool = RayLLMPool(cfg(srv, requests_per_minute=240, max_concurrent=8, actors=4))
@@ -291,7 +295,7 @@ def test_llmtester_campaign_against_the_local_server(tmp_path, ray_cluster, monk
     """The whole generate-test-feedback loop on Ray actors, with malformed replies, 429s, a 500,
     an out-of-bounds state, a far jump and a hang in the script: the campaign completes, counts
     them, feeds them back, audits every call, and no file holds the API key."""
-    from orchestrator.pipeline import run_campaign
+    from orchestrator.campaign.pipeline import run_campaign
 
     secret = "sk-deltarl-SECRET-7f3a9"
     monkeypatch.setenv("DELTARL_TEST_LLM_KEY", secret)
@@ -331,7 +335,7 @@ def test_llmtester_campaign_against_the_local_server(tmp_path, ray_cluster, monk
 
 def test_llmtester_as_an_optimality_fuzzer(tmp_path):
     """Under the differential oracle (AUT vs a challenger from the same LLM-made states)."""
-    from orchestrator.pipeline import run_campaign
+    from orchestrator.campaign.pipeline import run_campaign
 
     with LLMStubServer(step=0.3) as srv:
         p = tmp_path / "opt.yaml"

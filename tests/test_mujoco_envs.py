@@ -23,7 +23,13 @@ import numpy as np
 import pytest
 
 from envs import InvalidStateError, ScenarioError, get_scenario
-from envs.mujoco_envs import WIND_CHUNK, HopperNoise, MujocoSim, _WindStreams, wind_normals
+from envs.mujoco_envs import (
+    WIND_CHUNK,
+    HopperNoise,
+    MujocoSim,
+    _WindStreams,
+    wind_normals,
+)
 from tests.test_conformance import replay_reference as _replay_reference
 
 NAMES = ("Hopper-v5", "Walker2d-v5", "Hopper-Noise")

@@ -12,10 +12,15 @@ import pandas as pd
 import pytest
 
 from envs import get_scenario
-from orchestrator.fuzzers import Feedback, FuzzerError, make_fuzzer
+from orchestrator.fuzzers import Feedback, make_fuzzer
 from orchestrator.fuzzers.delta import LSH, inconsistency, regret
+from orchestrator.fuzzers.oracles import (
+    DifferentialOracle,
+    StatisticalOracle,
+    bug_distance,
+    make_oracle,
+)
 from orchestrator.fuzzers.rnd import RND
-from orchestrator.oracles import DifferentialOracle, StatisticalOracle, bug_distance, make_oracle
 
 REPO = Path(__file__).resolve().parents[1]
 BALANCER = "python:workers.examples:cartpole_balancer"
@@ -165,10 +170,10 @@ optimality:
 
 
 def test_optimality_phase_records_bugs_that_replay(tmp_path):
-    from orchestrator.campaign import load_campaign
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.campaign.pipeline import run_campaign
     from orchestrator.cli import main
-    from orchestrator.pipeline import run_campaign
-    from orchestrator.store import RunStore
+    from orchestrator.runs.store import RunStore
 
     c = load_campaign(campaign_file(tmp_path))
     res = run_campaign(c, progress=False)["optimality"]
@@ -193,8 +198,8 @@ def test_optimality_phase_records_bugs_that_replay(tmp_path):
 
 def test_optimality_resume_continues_exactly(tmp_path, monkeypatch):
     from orchestrator import fuzzers
-    from orchestrator.campaign import load_campaign
-    from orchestrator.optimality import run_optimality
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.campaign.optimality import run_optimality
 
     full = load_campaign(campaign_file(tmp_path, name="full"))
     want = run_optimality(full, progress=False)
@@ -217,29 +222,29 @@ def test_optimality_resume_continues_exactly(tmp_path, monkeypatch):
     a = pd.read_parquet(Path(full.output) / "bugs.parquet")
     b = pd.read_parquet(Path(cut.output) / "bugs.parquet")
     np.testing.assert_array_equal(np.stack(a["initial_state"]), np.stack(b["initial_state"]))
-    from orchestrator.store import RunStore
+    from orchestrator.runs.store import RunStore
 
     assert len(RunStore.open(cut.output).read_episodes(phase="optimality")) == 2 * 96
 
 
 @pytest.mark.parametrize("fuzzer", ["random", "curefuzz"])
 def test_safety_fuzzers_run_as_baselines_under_the_same_oracle(tmp_path, fuzzer):
-    from orchestrator.campaign import load_campaign
-    from orchestrator.optimality import run_optimality
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.campaign.optimality import run_optimality
 
     s = run_optimality(load_campaign(campaign_file(tmp_path, fuzzer=fuzzer, budget=48)), progress=False)
     assert s["fuzzer"] == fuzzer and s["cases"] == 48 and s["bugs"] > 0
 
 
 def test_statistical_oracle_on_hopper_noise(tmp_path):
-    from orchestrator.campaign import load_campaign
-    from orchestrator.optimality import run_optimality
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.campaign.optimality import run_optimality
 
     p = campaign_file(tmp_path, scenario="Hopper-Noise", aut="random:0", challenger="random:1", budget=12,
                       extra="  repeats: 3\n")
     s = run_optimality(load_campaign(p), progress=False)
     assert s["oracle"] == "statistical" and s["repeats"] == 3
-    from orchestrator.store import RunStore
+    from orchestrator.runs.store import RunStore
 
     eps = RunStore.open(tmp_path / "opt").read_episodes(phase="optimality")
     assert len(eps) == 12 * 2 * 3
@@ -259,7 +264,7 @@ def test_statistical_oracle_on_hopper_noise(tmp_path):
     ],
 )
 def test_bad_optimality_sections(tmp_path, text, message):
-    from orchestrator.campaign import CampaignError, load_campaign
+    from orchestrator.campaign.config import CampaignError, load_campaign
 
     p = tmp_path / "c.yaml"
     p.write_text(f"scenario: CartPole-v1\naut: {BALANCER}\noutput: {tmp_path / 'o'}\n" + text)

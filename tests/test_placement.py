@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent("""
     os.environ["RAY_AUTH_MODE"] = "disabled"
     ray.init(address="local", num_cpus=2, num_gpus=float(sys.argv[1]), include_dashboard=False,
              logging_level="ERROR")
-    from orchestrator.driver import RolloutPool
+    from orchestrator.cluster.driver import RolloutPool
     pool = RolloutPool("CartPole-v1", {"aut": "python:workers.examples:cartpole_balancer"}, workers=2)
     got = [ray.get(a.__ray_call__.remote(lambda self: ray.get_runtime_context().get_assigned_resources()))
            for a in pool.actors]
@@ -46,7 +46,7 @@ def test_training_goes_to_a_gpu_worker_only_when_the_cluster_has_gpus(monkeypatc
     of the ScalingConfig it would get (the CPU path itself runs for real in test_training.py)."""
     import ray.train.torch
 
-    from workers import training
+    from orchestrator.campaign import train_jobs as training
 
     seen = {}
 

@@ -8,8 +8,8 @@ from envs import ScenarioError, get_scenario, register_scenario
 
 
 def test_plugin_through_the_environment(tmp_path, monkeypatch):
-    from orchestrator.campaign import load_campaign
-    from orchestrator.safety import run_safety
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.campaign.safety import run_safety
 
     monkeypatch.setenv("DELTARL_SCENARIOS", "ToyRobot=tests.plugin_scenario:ToyRobot")
     assert get_scenario("toyrobot").name == "ToyRobot"

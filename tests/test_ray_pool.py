@@ -17,7 +17,7 @@ URIS = {"aut": "python:workers.examples:acrobot_swing", "challenger": "random:5"
 
 
 def test_pool_matches_in_process_rollout(ray_cluster):
-    from orchestrator.driver import RolloutPool
+    from orchestrator.cluster.driver import RolloutPool
 
     sc = get_scenario("Acrobot-v1")
     states = sc.sample(np.random.default_rng(11), 30)
@@ -44,7 +44,7 @@ def test_a_killed_rollout_actor_is_restarted_and_its_batches_rerun(ray_cluster):
     equals the in-process rollout, each episode exactly once."""
     import ray
 
-    from orchestrator.driver import RolloutPool
+    from orchestrator.cluster.driver import RolloutPool
 
     sc = get_scenario("Acrobot-v1")
     states = sc.sample(np.random.default_rng(3), 40)
@@ -74,7 +74,7 @@ def test_a_killed_rollout_actor_is_restarted_and_its_batches_rerun(ray_cluster):
 
 
 def test_pool_reports_a_policy_that_does_not_load(ray_cluster):
-    from orchestrator.driver import RolloutPool
+    from orchestrator.cluster.driver import RolloutPool
 
     with pytest.raises(Exception, match="policy file not found"):
         RolloutPool("CartPole-v1", {"aut": "/nonexistent/aut.pt"}, workers=1)
@@ -83,7 +83,7 @@ def test_pool_reports_a_policy_that_does_not_load(ray_cluster):
 def test_actors_use_no_gpu_on_a_cpu_cluster(ray_cluster):
     import ray
 
-    from orchestrator.driver import RolloutPool
+    from orchestrator.cluster.driver import RolloutPool
 
     assert ray.cluster_resources().get("GPU", 0) == 0
     pool = RolloutPool("CartPole-v1", {"aut": "python:workers.examples:cartpole_balancer"}, workers=1)
@@ -112,7 +112,7 @@ def test_corpus_actor_holds_a_corpus(ray_cluster):
 
 
 def test_campaign_metrics_reach_ray_when_it_runs(ray_cluster):
-    from orchestrator.driver import CampaignMetrics
+    from orchestrator.cluster.driver import CampaignMetrics
 
     m = CampaignMetrics("metrics-test", "safety")
     assert m.on

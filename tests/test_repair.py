@@ -100,8 +100,8 @@ def weak_run(tmp_path_factory):
     balancer (bugs, the challenger's trajectories in steps/)."""
     import d3rlpy
 
-    from orchestrator.campaign import load_campaign
-    from orchestrator.pipeline import run_campaign
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.campaign.pipeline import run_campaign
     from workers.training import AutTrainConfig, make_algo, quiet_d3rlpy
 
     quiet_d3rlpy()
@@ -138,7 +138,7 @@ optimality:
 @pytest.mark.slow
 def test_repair_end_to_end_on_a_small_run(weak_run, tmp_path):
     from orchestrator.cli import main
-    from orchestrator.store import RunStore
+    from orchestrator.runs.store import RunStore
 
     run = tmp_path / "run"
     shutil.copytree(weak_run, run)
@@ -182,8 +182,8 @@ def test_repair_end_to_end_on_a_small_run(weak_run, tmp_path):
 
 
 def test_repair_reruns_the_challenger_when_its_trajectories_are_gone(weak_run, tmp_path):
-    from orchestrator.repair import RepairInputs, superior_steps
-    from orchestrator.store import RunStore
+    from orchestrator.campaign.repair import RepairInputs, superior_steps
+    from orchestrator.runs.store import RunStore
 
     run = tmp_path / "run"
     shutil.copytree(weak_run, run)
@@ -203,8 +203,8 @@ def test_repair_reruns_the_challenger_when_its_trajectories_are_gone(weak_run, t
 
 
 def test_union_ablation_trains_on_d_and_d_superior(weak_run, tmp_path):
-    from orchestrator.repair import repair_run
-    from orchestrator.store import RunStore
+    from orchestrator.campaign.repair import repair_run
+    from orchestrator.runs.store import RunStore
     from workers.repair import RepairConfig
 
     run = tmp_path / "run"

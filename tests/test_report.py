@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.report import NOT_IN_RUN, ReportError, write_report
+from orchestrator.analysis.report import NOT_IN_RUN, ReportError, write_report
 
 APT = "apt-get update && apt-get install -y chromium"
 RENDER_CHECK = """<script>window.addEventListener("load", function () {
@@ -84,8 +84,8 @@ optimality: {opt}
 
 
 def run(p: Path) -> dict:
-    from orchestrator.campaign import load_campaign
-    from orchestrator.pipeline import run_campaign
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.campaign.pipeline import run_campaign
 
     return run_campaign(load_campaign(p), progress=False)
 
@@ -95,8 +95,8 @@ def runs(tmp_path_factory):
     """One run with safety and optimality (a random AUT against another random policy: bugs where
     the challenger happens to last longer), one safety-only run, and a grid folder of four
     optimality runs (delta and random, two seeds) with the results.parquet that deltarl grid writes."""
-    from orchestrator.campaign import load_campaign
-    from orchestrator.grid import markdown_table, row
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.campaign.grid import markdown_table, row
 
     tmp = tmp_path_factory.mktemp("report")
     full = run(campaign(tmp, "full"))
@@ -152,7 +152,7 @@ def test_report_degrades_gracefully_on_a_safety_only_run(runs, tmp_path):
 
 
 def test_report_of_a_grid_folder(runs, tmp_path):
-    from orchestrator.stats import mann_whitney
+    from orchestrator.analysis.stats import mann_whitney
 
     out = write_report(runs / "grid", tmp_path)
     md = Path(out["markdown"]).read_text()
@@ -186,8 +186,8 @@ def test_report_cli(runs, tmp_path, capsys):
 def test_paper_numbers_reproduce_the_papers_percentages():
     """The transcription of Table 3 (experiments/papers/delta.yaml) gives back the improvement
     percentages the paper prints next to Delta."""
-    from orchestrator.report import load_paper
-    from orchestrator.stats import best_baseline, improvement
+    from orchestrator.analysis.report import load_paper
+    from orchestrator.analysis.stats import best_baseline, improvement
 
     t3 = load_paper()["table3"]
     printed = {("CartPole-v1", "bugs"): 46.7, ("MountainCar-v0", "bugs"): 91.5, ("Acrobot-v1", "bugs"): 40.9,

@@ -8,8 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from orchestrator.campaign import CampaignError, campaign_from_dict, load_campaign
-from orchestrator.safety import SAFETY_PHASES, run_safety
+from orchestrator.campaign.config import (
+    CampaignError,
+    campaign_from_dict,
+    load_campaign,
+)
+from orchestrator.campaign.safety import run_safety
+from orchestrator.runs.layout import SAFETY_PHASES
 
 BALANCER = "python:workers.examples:cartpole_balancer"
 
@@ -89,7 +94,7 @@ def test_safety_run_records_dataset_d(tmp_path):
     assert timeline["episodes"].iloc[-1] == 100 and timeline["failures"].is_monotonic_increasing
     saved = json.loads((out / "campaign.json").read_text())
     assert saved["safety"]["sampling_fraction"] == 0.25  # the resolved campaign, defaults filled in
-    from orchestrator.store import RunStore
+    from orchestrator.runs.store import RunStore
 
     d = RunStore.open(out).to_mdp_dataset(phase=list(SAFETY_PHASES), role="aut")
     assert len(d.episodes) == 100
@@ -102,7 +107,7 @@ def test_resume_after_a_crash_gives_the_uninterrupted_result(tmp_path, monkeypat
     run_safety(full, progress=False)
 
     cut = load_campaign(write(tmp_path, text.replace("OUT", str(tmp_path / "cut")), "b.yaml"))
-    from orchestrator.store import RunStore
+    from orchestrator.runs.store import RunStore
 
     calls = {"n": 0}
     original = RunStore.write

@@ -8,8 +8,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from orchestrator.stats import (best_baseline, cohens_d, format_cell, format_rate, improvement, mann_whitney,
-                                mean_ci, wilson_interval)
+from orchestrator.analysis.stats import (
+    best_baseline,
+    cohens_d,
+    format_cell,
+    format_rate,
+    improvement,
+    mann_whitney,
+    mean_ci,
+    wilson_interval,
+)
 
 
 def test_mean_ci_matches_scipy_t_interval():

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from envs.base import ActionSpec
-from orchestrator.store import EPISODE_ID_STRIDE, RunStore, StoreError
+from orchestrator.runs.store import EPISODE_ID_STRIDE, RunStore, StoreError
 from workers.rollout import RolloutResult
 
 REPO = Path(__file__).resolve().parent.parent
@@ -259,7 +259,7 @@ def test_episode_ids_unique_across_processes(tmp_path):
         import sys
         sys.path.insert(0, {str(REPO)!r}); sys.path.insert(0, {str(Path(__file__).parent)!r})
         from test_store import make_result
-        from orchestrator.store import RunStore
+        from orchestrator.runs.store import RunStore
         store = RunStore.open({str(tmp_path)!r})
         for i in range(4):
             store.write(make_result([2, 3, 1], ["term", "trunc", "cut"], seed=i), phase="safety")

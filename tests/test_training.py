@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from workers.training import AutTrainConfig, TrainingError, latest_checkpoint, train_aut, train_aut_job
+from orchestrator.campaign.train_jobs import train_aut_job
+from workers.training import AutTrainConfig, TrainingError, latest_checkpoint, train_aut
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -28,7 +29,7 @@ def test_presets_load_and_match_their_scenarios():
 
 
 def test_ray_train_job_in_process_with_mlflow_and_resume(tmp_path):
-    from orchestrator import tracking
+    from orchestrator.runs import tracking
 
     out = tmp_path / "aut"
     run = tracking.start_run(out, "aut-training", "test", params={"steps": 400})

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.evaluation import evaluate_policy
-from orchestrator.zoo import FILES, TARGETS, write_index
+from orchestrator.analysis.evaluation import evaluate_policy
+from orchestrator.runs.zoo import FILES, TARGETS, write_index
 
 ZOO = Path(__file__).resolve().parents[1] / "experiments" / "zoo"
 CARDS = sorted(ZOO.glob("*/card.json"))

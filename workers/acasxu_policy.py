@@ -23,11 +23,12 @@ domain) gives clear-of-conflict without running a network.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
+
+from workers.resources import acasxu_dir
 
 MEANS = np.array([19791.091, 0.0, 0.0, 650.0, 600.0], dtype=np.float32)
 RANGES = np.array([60261.0, 6.28318530718, 6.28318530718, 1100.0, 1200.0], dtype=np.float32)
@@ -41,11 +42,8 @@ class AcasXuError(FileNotFoundError):
 
 
 def default_dir() -> Path:
-    """``$DELTARL_ACASXU_DIR``, else ``<repo>/../shared/data/acasxu``."""
-    env = os.environ.get("DELTARL_ACASXU_DIR")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[1].parent / "shared" / "data" / "acasxu"
+    """``$DELTARL_ACASXU_DIR``, else the networks beside the checkout (:func:`workers.resources.acasxu_dir`)."""
+    return acasxu_dir()
 
 
 def network_path(directory: Path, prev: int, tau: int) -> Path:
@@ -96,7 +94,7 @@ def load_networks(directory: str | Path | None = None):
 
 
 def _default_text() -> str:
-    return f"$DELTARL_ACASXU_DIR or {Path(__file__).resolve().parents[1].parent / 'shared' / 'data' / 'acasxu'}"
+    return f"$DELTARL_ACASXU_DIR or {acasxu_dir()}"
 
 
 class AcasXuDNN:

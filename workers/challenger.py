@@ -3,7 +3,7 @@
     cfg = challenger_config("CartPole-v1", "bcq")             # the scenario's preset
     data = RunStore.open("runs/cartpole-curefuzz").to_mdp_dataset(phase=SAFETY_PHASES)
     train_challenger(cfg, data, "runs/cartpole-curefuzz/challengers/bcq")       # in this process
-    train_challenger_job(cfg, "runs/cartpole-curefuzz", "…/challengers/bcq")   # as a Ray Train job
+    # as a Ray Train job: orchestrator.campaign.train_jobs.train_challenger_job
 
 BC, BCQ and CQL (d3rlpy's discrete variants for discrete actions, the continuous ones for
 MuJoCo). The loop is d3rlpy's ``fit`` written out (scalers fitted on D, models built from D,
@@ -30,8 +30,15 @@ from typing import Callable
 
 import numpy as np
 
-from workers.training import (TrainingError, _write_checkpoint, d3rlpy_config, evaluate_algo, load_checkpoint,
-                              quiet_d3rlpy, run_train_job)
+from workers.resources import resource
+from workers.training import (
+    TrainingError,
+    _write_checkpoint,
+    d3rlpy_config,
+    evaluate_algo,
+    load_checkpoint,
+    quiet_d3rlpy,
+)
 
 ALGOS = ("bc", "bcq", "cql")
 # (algo, discrete) -> d3rlpy config class name
@@ -40,7 +47,7 @@ _CONFIG_CLASSES = {
     ("bcq", True): "DiscreteBCQConfig", ("bcq", False): "BCQConfig",
     ("cql", True): "DiscreteCQLConfig", ("cql", False): "CQLConfig",
 }
-PRESET_DIR = Path(__file__).resolve().parents[1] / "experiments" / "challengers"
+PRESET_DIR = resource("challengers")
 
 
 @dataclass
@@ -203,45 +210,3 @@ def train_challenger(
     return state
 
 
-def _challenger_loop_per_worker(config: dict) -> None:
-    """The Ray Train function: read D from the run's store, train, report."""
-    import ray.train
-
-    from orchestrator.store import RunStore
-    from workers.training import _mlflow_reporter
-
-    quiet_d3rlpy()
-    cfg = ChallengerConfig(**config["cfg"])
-    if cfg.device is None:
-        cfg.device = "cuda:0" if config.get("use_gpu") else "cpu:0"
-    dataset = RunStore.open(config["run_dir"]).to_mdp_dataset(phase=list(config["phases"]), role="aut")
-    to_mlflow = _mlflow_reporter(config.get("tracking"))
-
-    def report(metrics: dict, ckpt: Path) -> None:
-        to_mlflow(metrics, ckpt)
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt)))
-
-    train_challenger(cfg, dataset, config["out_dir"], resume=config["resume"], report=report,
-                     progress=config.get("progress", False))
-
-
-def train_challenger_job(
-    cfg: ChallengerConfig,
-    run_dir: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    *,
-    phases=("sampling", "fuzzing"),
-    resume: bool = False,
-    use_gpu: bool | None = None,
-    tracking: dict | None = None,
-    progress: bool = False,
-) -> dict:
-    """:func:`train_challenger` on the AUT steps of ``phases`` of the run in ``run_dir``, as a Ray
-    Train job (the AUT training path: in-process on a CPU machine, a GPU worker on a GPU cluster)."""
-    cfg.validate()
-    out = Path(out_dir).resolve()
-    run_train_job(_challenger_loop_per_worker,
-                  {"cfg": asdict(cfg), "run_dir": str(Path(run_dir).resolve()), "phases": list(phases),
-                   "out_dir": str(out), "resume": resume, "tracking": tracking, "progress": progress},
-                  out, name=f"challenger-{cfg.scenario}-{cfg.algo}", use_gpu=use_gpu)
-    return json.loads((out / "training.json").read_text())

@@ -18,7 +18,7 @@ Any server that speaks ``POST {base_url}/chat/completions`` works: OpenAI, vLLM,
   (naming the setting to fix) because retrying cannot help. Anything else that goes wrong
   comes back as an :class:`LLMReply` with ``ok = False`` and the reason, never as a crash.
 
-Nothing here imports Ray: the Ray actors are these classes wrapped by ``orchestrator.llm_pool``.
+Nothing here imports Ray: the Ray actors are these classes wrapped by ``orchestrator.cluster.llm_pool``.
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ class LLMConfig:
             if not ok:
                 raise LLMConfigError(f"llm.{name} has an impossible value: {getattr(c, name)!r}")
         if c.api_key_env and not c.api_key_env.replace("_", "").isalnum():
-            raise LLMConfigError(f"llm.api_key_env must be the NAME of an environment variable (like OPENAI_API_KEY), "
-                                 f"not the key itself")
+            raise LLMConfigError("llm.api_key_env must be the NAME of an environment variable (like OPENAI_API_KEY), "
+                                 "not the key itself")
         return c
 
     def api_key(self) -> str | None:

@@ -21,7 +21,7 @@ critics, scalers, gamma, batch size, target update interval) and starts from the
 probe observations before any update; a mismatch raises.
 
 Plain classes and functions, no Ray. The orchestrator side (run folders, evaluation, report
-files) is :mod:`orchestrator.repair`.
+files) is :mod:`orchestrator.campaign.repair`.
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def rollout_steps(result) -> dict:
 def steps_to_dataset(parts: list[dict], *, discrete: bool, action_size: int):
     """One d3rlpy ``MDPDataset`` from several step tables (each as ``RunStore.read_steps``
     returns them: episodes contiguous, t ascending). Episodes never merge across parts; every
-    episode ends with exactly one of terminal / timeout (``orchestrator.store.steps_to_mdp_dataset``)."""
-    from orchestrator.store import steps_to_mdp_dataset
+    episode ends with exactly one of terminal / timeout (``workers.datasets.steps_to_mdp_dataset``)."""
+    from workers.datasets import steps_to_mdp_dataset
 
     parts = [s for s in parts if int(np.asarray(s["rewards"]).shape[0])]
     if not parts:

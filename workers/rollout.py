@@ -94,7 +94,7 @@ class RolloutResult:
         return RolloutResult(**out)
 
     def summary(self) -> dict:
-        """Plain aggregates (statistics with intervals live in ``orchestrator.stats``)."""
+        """Plain aggregates (statistics with intervals live in ``orchestrator.analysis.stats``)."""
         n = self.n_episodes
         return {
             "episodes": n,
@@ -274,7 +274,7 @@ def _empty_result(scenario: Scenario) -> RolloutResult:
 class RolloutWorker:
     """What one rollout actor does: hold a scenario and loaded policies, run episode batches.
 
-    Plain class (testable without Ray); :func:`rollout_actor_class` wraps it as a Ray actor.
+    Plain class (testable without Ray); ``orchestrator.cluster.driver`` wraps it as a Ray actor.
     ``torch_threads`` (default 1): batched inference of small MLPs gains little from a second
     thread, and OpenMP threads spin badly when the cores are busy with other work (measured
     here: a 64-row forward pass took 29 ms instead of ~0.3 ms with training running beside it).
@@ -289,6 +289,8 @@ class RolloutWorker:
         device: str | None = None,
         batch_size: int = 256,
         torch_threads: int | None = 1,
+        scenario_obj=None,
+        policies: dict | None = None,
     ):
         from envs import get_scenario
         from workers.policies import load_policy
@@ -297,8 +299,11 @@ class RolloutWorker:
             import torch
 
             torch.set_num_threads(int(torch_threads))
-        self.scenario = get_scenario(scenario, **(scenario_overrides or {}))
-        self.policies = {role: load_policy(uri, self.scenario, device=device) for role, uri in policy_uris.items()}
+        # a scenario and policies this process already built are reused (each loaded once)
+        self.scenario = scenario_obj if scenario_obj is not None else get_scenario(scenario, **(scenario_overrides or {}))
+        have = policies or {}
+        self.policies = {role: have[role] if role in have else load_policy(uri, self.scenario, device=device)
+                         for role, uri in policy_uris.items()}
         self.batch_size = int(batch_size)
 
     def policy_hashes(self) -> dict[str, str]:
@@ -336,15 +341,3 @@ class RolloutWorker:
         return True
 
 
-def rollout_actor_class(num_gpus: float = 0.0, num_cpus: float = 1.0, max_restarts: int = 3,
-                        max_task_retries: int = 3):
-    """The Ray actor wrapping :class:`RolloutWorker` (imported lazily: Ray stays at the edge).
-
-    A dead actor is restarted (``max_restarts``) and the batches it had in flight are run again
-    on the new one (``max_task_retries``). A batch is a pure function of its states and seeds,
-    and the driver writes a generation only once all its batches are back, so a crash neither
-    loses nor duplicates episodes."""
-    import ray
-
-    return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=max_restarts,
-                      max_task_retries=max_task_retries)(RolloutWorker)

@@ -2,7 +2,7 @@
 
     cfg = AutTrainConfig.from_file("experiments/aut/CartPole-v1-ddqn.yaml", steps=50_000)
     train_aut(cfg, "runs/aut-cartpole")            # plain, in this process
-    train_aut_job(cfg, "runs/aut-cartpole")        # the same loop as a Ray Train job
+    # the same loop as a Ray Train job: orchestrator.campaign.train_jobs.train_aut_job
 
 The loop (CleanRL style, top to bottom): act (random during warm-up, then the explorer or the
 stochastic policy), step the scenario's reference gymnasium env, store the transition in a d3rlpy
@@ -311,84 +311,3 @@ def quiet_d3rlpy() -> None:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
 
-def _mlflow_reporter(tracking: dict | None):
-    """A report callback that logs epoch metrics to an existing MLflow run (or nothing)."""
-    if not tracking:
-        return lambda metrics, ckpt: None
-    import mlflow
-
-    client = mlflow.MlflowClient(tracking_uri=tracking["tracking_uri"])
-    run_id = tracking["run_id"]
-
-    def report(metrics: dict, ckpt: Path) -> None:
-        step = int(metrics["step"])
-        ts = int(time.time() * 1000)
-        batch = [mlflow.entities.Metric(k, float(v), ts, step) for k, v in metrics.items()
-                 if isinstance(v, (int, float)) and np.isfinite(v)]
-        client.log_batch(run_id, metrics=batch)
-
-    return report
-
-
-def _train_loop_per_worker(config: dict) -> None:
-    """The Ray Train function: the same loop, reporting to Ray Train and MLflow."""
-    import ray.train
-
-    cfg = AutTrainConfig(**config["cfg"])
-    if cfg.device is None:
-        cfg.device = "cuda:0" if config.get("use_gpu") else "cpu:0"
-    to_mlflow = _mlflow_reporter(config.get("tracking"))
-
-    def report(metrics: dict, ckpt: Path) -> None:
-        to_mlflow(metrics, ckpt)
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt)))
-
-    train_aut(cfg, config["out_dir"], resume=config["resume"], report=report, progress=config.get("progress", False))
-
-
-def train_aut_job(
-    cfg: AutTrainConfig,
-    out_dir: str | os.PathLike,
-    *,
-    resume: bool = False,
-    use_gpu: bool | None = None,
-    tracking: dict | None = None,
-    progress: bool = False,
-) -> dict:
-    """Run :func:`train_aut` as a Ray Train job: in-process (``num_workers=0``) on a CPU
-    machine, on one GPU worker when the cluster has GPUs. One code path; returns the final
-    training state read back from ``out_dir``.
-
-    ``tracking`` = ``{"tracking_uri": ..., "run_id": ...}`` logs every epoch to that MLflow run.
-    """
-    cfg.validate()
-    out = Path(out_dir).resolve()
-    run_train_job(_train_loop_per_worker, {"cfg": asdict(cfg), "out_dir": str(out), "resume": resume,
-                                           "tracking": tracking, "progress": progress},
-                  out, name=f"aut-{cfg.scenario}-{cfg.algo}", use_gpu=use_gpu)
-    return json.loads((out / "training.json").read_text())
-
-
-def run_train_job(loop_fn, loop_config: dict, out_dir: Path, *, name: str, use_gpu: bool | None = None) -> None:
-    """Run ``loop_fn(loop_config)`` as a Ray Train job: in-process (``num_workers=0``) on a CPU
-    machine, one GPU worker when the cluster has GPUs (``loop_config["use_gpu"]`` tells it which).
-    AUT and challenger training share this path."""
-    import uuid
-
-    import ray
-    import ray.train
-    from ray.train.torch import TorchTrainer
-
-    if use_gpu is None:
-        use_gpu = ray.is_initialized() and ray.cluster_resources().get("GPU", 0) > 0
-    out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    trainer = TorchTrainer(
-        loop_fn,
-        train_loop_config={**loop_config, "use_gpu": bool(use_gpu)},
-        scaling_config=ray.train.ScalingConfig(num_workers=1 if use_gpu else 0, use_gpu=bool(use_gpu)),
-        # a fresh name per call: Ray Train auto-resumes a reused (storage_path, name); our own
-        # checkpoints under out_dir/checkpoints carry the resume state instead
-        run_config=ray.train.RunConfig(name=f"{name}-{uuid.uuid4().hex[:8]}", storage_path=str(out / "ray_train")),
-    )
-    trainer.fit()

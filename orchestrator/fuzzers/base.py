@@ -104,6 +104,13 @@ class Fuzzer(abc.ABC):
     """Base class: holds the scenario, the RNG and the phase; subclasses implement the paper."""
 
     name: str = ""
+    # capabilities, declared by each method (the campaign checks and the phases read these)
+    needs_llm: bool = False  # asks an LLM for new states: the phase attaches an LLM pool
+    needs_challenger: bool = False  # reads the challenger's episodes: optimality testing only
+
+    def stats(self) -> dict:
+        """Per-generation counters a method reports beside the phase's own (e.g. LLM calls)."""
+        return {}
 
     def __init__(self, scenario: Scenario, seed: int = 0, **params):
         if params:

@@ -57,7 +57,6 @@ from torch import nn
 
 from orchestrator.fuzzers.base import Feedback, Fuzzer, Proposal
 
-
 # ---------------------------------------------------------------------------------------------
 # DDPM pieces (usable on their own: the tests exercise them directly)
 # ---------------------------------------------------------------------------------------------

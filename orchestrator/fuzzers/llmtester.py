@@ -19,7 +19,7 @@ failure the failure rate f' of the tests so far is compared with f, the rate whe
 changed: α ← αβ when f' < (1 − δ) f, α ← α / β when f' > (1 + δ) f (Eq. 6; f is set at the
 first failure). ``multi_scale = False`` is the paper's "ours w/o ms" ablation (LLM only).
 
-*LLM-based generator* (Sec. III-B). The prompt is ``orchestrator.llm_prompt``'s template; the
+*LLM-based generator* (Sec. III-B). The prompt is ``orchestrator.fuzzers.llm_prompt``'s template; the
 reply's ``NEW_STATE`` is parsed and validated. Bad cases become the testing feedback F of later
 prompts (the last ``feedback_size``): *insufficient challenge* (r_new − r_seed > ``t_r``),
 *invalidity* (a reply without a usable state, or a state outside the bounds) and *excessive
@@ -30,7 +30,7 @@ call, never the campaign.
 
 The LLM itself is outside: :meth:`LLMTester.attach_llm` takes a function from a list of
 requests (``request_id``, ``messages``) to a list of replies (``LLMReply.to_dict()``); a
-campaign attaches ``orchestrator.llm_pool``'s pool of rate-limited Ray actors. Replies of a
+campaign attaches ``orchestrator.cluster.llm_pool``'s pool of rate-limited Ray actors. Replies of a
 real model are not reproducible; everything else (selection, random mutations, α) is drawn
 from ``self.rng`` and snapshotted as for every fuzzer.
 """
@@ -44,8 +44,14 @@ import numpy as np
 
 from envs.base import Scenario
 from orchestrator.fuzzers.base import Feedback, Proposal
+from orchestrator.fuzzers.llm_prompt import (
+    ReplyError,
+    ScenarioInfo,
+    build_messages,
+    parse_reply,
+    state_json,
+)
 from orchestrator.fuzzers.mdpfuzz import MDPFuzz
-from orchestrator.llm_prompt import ReplyError, ScenarioInfo, build_messages, parse_reply, state_json
 
 LLM_COUNTERS = ("llm_calls", "llm_ok", "llm_failed", "llm_unparseable", "llm_invalid", "llm_excessive",
                 "llm_insufficient", "llm_fallbacks", "random_mutations", "llm_prompt_tokens",

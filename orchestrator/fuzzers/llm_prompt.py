@@ -28,7 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-INFO_DIR = Path(__file__).resolve().parents[1] / "experiments" / "llmtester" / "scenarios"
+from workers.resources import resource
+
+INFO_DIR = resource("llmtester", "scenarios")
 _INFO_KEYS = ("overview", "entities", "state_description", "constraints", "expert", "system_under_test")
 
 
@@ -91,7 +93,7 @@ def build_messages(scenario, info: ScenarioInfo, seed_state: np.ndarray, seed_re
               f"initial state of a given scenario so that the policy under test fails, while the scenario stays "
               f"valid. You reason step by step and you always end with the new state in the requested format.")
     ents = "\n".join(f"- {e}" for e in info.entities) or "- (none listed)"
-    cons = [f"Every value must stay inside its valid range; fixed values must not change.",
+    cons = ["Every value must stay inside its valid range; fixed values must not change.",
             f"Output exactly the {scenario.state_dim} values named in the state description, as numbers."]
     cons += [str(c) for c in info.constraints]
     seed = state_json(scenario, seed_state)

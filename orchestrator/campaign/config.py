@@ -52,6 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envs import ScenarioError, ScenarioRef
+from orchestrator.fuzzers import FUZZERS, fuzzer_class
 from workers.llm import LLMConfig, LLMConfigError
 
 
@@ -114,6 +116,18 @@ class Campaign:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    @property
+    def scenario_ref(self) -> ScenarioRef:
+        return ScenarioRef.of(self.scenario, self.scenario_overrides)
+
+    def build_scenario(self):
+        """The campaign's scenario, built once (validation builds it, the phases reuse it)."""
+        ref = self.scenario_ref
+        cached = self.__dict__.get("_built")
+        if cached is None or cached[0] != ref:
+            self.__dict__["_built"] = (ref, ref.build())
+        return self.__dict__["_built"][1]
 
 
 _TYPES = {int: "an integer", float: "a number", str: "a string", bool: "true or false", dict: "a mapping",
@@ -185,7 +199,15 @@ def load_campaign(path: str | Path, **overrides) -> Campaign:
 
 
 def campaign_from_dict(data: dict, where: str = "campaign.json") -> Campaign:
-    """A campaign from its resolved form (``campaign.json`` of a run folder)."""
+    """A campaign from its resolved form (``campaign.json`` of a run folder, which also says its
+    run-folder layout version)."""
+    from orchestrator.runs.layout import LAYOUT_VERSION
+
+    data = dict(data)
+    version = data.pop("layout_version", 1)
+    if not isinstance(version, int) or version > LAYOUT_VERSION:
+        raise CampaignError(f"{where}: written by a newer deltarl (run-folder layout {version!r}; this one reads "
+                            f"layouts up to {LAYOUT_VERSION}): upgrade deltarl to read it")
     try:
         c = _build(Campaign, data, "")
     except CampaignError as exc:
@@ -194,25 +216,21 @@ def campaign_from_dict(data: dict, where: str = "campaign.json") -> Campaign:
     return c
 
 
-def validate_campaign(c: Campaign) -> None:
-    """Semantic checks: known scenario and fuzzer, sane budgets and sizes."""
-    from envs import ScenarioError, get_scenario
-    from orchestrator.fuzzers import fuzzer_class
-
+def validate_campaign(c: Campaign):
+    """Semantic checks: known scenario and fuzzer, sane budgets and sizes. Returns the scenario it
+    built (the phases reuse it through ``c.build_scenario()``)."""
     try:
-        get_scenario(c.scenario, **c.scenario_overrides)
+        scenario = c.build_scenario()
     except ScenarioError as exc:
         raise CampaignError(f"scenario: {exc}") from exc
     if c.safety is not None:
         _validate_search(c.safety, "safety")
-        if getattr(fuzzer_class(c.safety.fuzzer), "needs_challenger", False):
+        if fuzzer_class(c.safety.fuzzer).needs_challenger:
             raise CampaignError(f"safety.fuzzer: {c.safety.fuzzer} tests optimality (it needs the challenger); "
                                 f"use it under optimality.fuzzer")
-    from orchestrator.fuzzers import FUZZERS
 
     for where, spec in (("safety", c.safety), ("optimality", c.optimality)):
-        if spec is not None and spec.fuzzer.lower() in FUZZERS and getattr(
-                fuzzer_class(spec.fuzzer), "needs_llm", False):
+        if spec is not None and spec.fuzzer.lower() in FUZZERS and fuzzer_class(spec.fuzzer).needs_llm:
             try:
                 (c.llm or LLMConfig()).check()
             except LLMConfigError as exc:
@@ -251,7 +269,7 @@ def validate_campaign(c: Campaign) -> None:
         if c.safety is None:
             raise CampaignError("challenger: it trains on the safety phase's record D; add a safety section")
     if c.optimality is not None:
-        from orchestrator.oracles import ORACLES
+        from orchestrator.fuzzers.oracles import ORACLES
 
         o = c.optimality
         _validate_search(o, "optimality")
@@ -266,11 +284,11 @@ def validate_campaign(c: Campaign) -> None:
             raise CampaignError(f"optimality.repeats must be >= 1, got {o.repeats}")
         if not 0 < o.alpha < 1:
             raise CampaignError(f"optimality.alpha must be in (0, 1), got {o.alpha}")
+    return scenario
 
 
 def _validate_search(spec, where: str) -> None:
     """Checks shared by the safety and optimality sections."""
-    from orchestrator.fuzzers import FUZZERS
 
     if spec.fuzzer.lower() not in FUZZERS:
         raise CampaignError(f"{where}.fuzzer: unknown fuzzer {spec.fuzzer!r}; allowed: {', '.join(FUZZERS)}")

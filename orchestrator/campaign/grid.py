@@ -106,7 +106,7 @@ def load_grid(path: str | os.PathLike, profile: str | None = None) -> dict:
 
 def expand(grid: dict) -> list[tuple[dict, object]]:
     """(axis values, Campaign) for every point of the grid, validated."""
-    from orchestrator.campaign import CampaignError, campaign_from_dict
+    from orchestrator.campaign.config import CampaignError, campaign_from_dict
 
     names = list(grid["axes"])
     out = []
@@ -136,8 +136,8 @@ def _run_one(campaign_dict: dict, tracking_uri: str, experiment: str) -> dict:
     afterwards: Ray reuses worker processes)."""
     import torch
 
-    from orchestrator.campaign import campaign_from_dict
-    from orchestrator.pipeline import run_campaign
+    from orchestrator.campaign.config import campaign_from_dict
+    from orchestrator.campaign.pipeline import run_campaign
 
     saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "DELTARL_MLFLOW_EXPERIMENT",
                                              "DELTARL_CHALLENGER_CACHE")}
@@ -177,15 +177,15 @@ def run_grid(grid: dict, *, progress: bool = True) -> "pd.DataFrame":  # noqa: F
     import ray
     from tqdm import tqdm
 
-    from orchestrator.driver import start_ray
-    from orchestrator.store import atomic_write_bytes, atomic_write_table
+    from orchestrator.cluster.driver import start_ray
+    from orchestrator.runs.store import atomic_write_bytes, atomic_write_table
 
     points = expand(grid)
     out = Path(grid["output"])
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / "grid.json", json.dumps(grid, indent=2, default=str).encode())
     tracking_uri = f"sqlite:///{out.resolve() / 'mlflow.db'}"
-    from orchestrator import tracking
+    from orchestrator.runs import tracking
 
     tracking.ensure_experiment(out, grid["name"], tracking_uri)  # created once, before the tasks race
     start_ray()

@@ -35,11 +35,11 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.store import StoreError, atomic_write_bytes
+from orchestrator.runs.store import StoreError, atomic_write_bytes
+from workers.resources import CHECKOUT
 
 EVAL_SEED = 2024  # the cards' evaluation seed
 EVAL_EPISODES = 100
-REPO = Path(__file__).resolve().parents[1]
 
 
 class RepairInputs:
@@ -49,8 +49,8 @@ class RepairInputs:
         import pandas as pd
 
         from envs import get_scenario
-        from orchestrator.campaign import campaign_from_dict
-        from orchestrator.store import RunStore
+        from orchestrator.campaign.config import campaign_from_dict
+        from orchestrator.runs.store import RunStore
 
         self.run_dir = run_dir = Path(run_dir)
         if not (run_dir / "campaign.json").is_file() or not (run_dir / "store.json").is_file():
@@ -93,8 +93,8 @@ class RepairInputs:
 
     def _dataset_source(self) -> tuple[Path | None, list[str]]:
         """D's run folder and phases: the challenger card's dataset, else this run's safety phases."""
-        from orchestrator.safety import SAFETY_PHASES
-        from orchestrator.store import RunStore
+        from orchestrator.runs.layout import SAFETY_PHASES
+        from orchestrator.runs.store import RunStore
 
         card = Path(self.challenger_uri).parent / "card.json"
         if card.is_file():
@@ -112,7 +112,7 @@ class RepairInputs:
         return np.stack(self.bugs["initial_state"].to_numpy()).astype(np.float64)
 
     def oracle(self):
-        from orchestrator.oracles import make_oracle
+        from orchestrator.fuzzers.oracles import make_oracle
 
         spec = self.campaign.optimality
         return make_oracle(spec.oracle if spec else "auto", self.scenario, delta=spec.delta if spec else 0.0,
@@ -123,7 +123,7 @@ class RepairInputs:
 def _existing_path(p: str) -> Path | None:
     if not p or p.startswith(("zoo:", "python:", "random:")):
         return None
-    for cand in (Path(p), REPO / p):
+    for cand in (Path(p), CHECKOUT / p):
         if cand.exists():
             return cand
     return None
@@ -174,7 +174,7 @@ def superior_steps(inp: RepairInputs) -> tuple[dict, str]:
 
 
 def _role_stats(res, role: str, n: int, repeats: int) -> dict:
-    from orchestrator.stats import mean_ci
+    from orchestrator.analysis.stats import mean_ci
 
     r = res.by_role(role)
     mean, margin = mean_ci(r.returns)
@@ -208,8 +208,8 @@ def fuzz_compare(inp: RepairInputs, improved_uri: str, budget: int, out: Path, f
     """A new safety campaign against AUT-Improved and one against the AUT: same fuzzer, seed and
     budget (episodes), in ``out/fuzz-aut`` and ``out/fuzz-aut_improved``. Failures and distinct
     failures of each. ``workers`` = 0 runs them in this process (no Ray)."""
-    from orchestrator.campaign import campaign_from_dict
-    from orchestrator.safety import run_safety
+    from orchestrator.campaign.config import campaign_from_dict
+    from orchestrator.campaign.safety import run_safety
 
     base = inp.campaign.to_dict()
     spec = dict(base.get("safety") or {})
@@ -239,10 +239,16 @@ def repair_run(run_dir: str | Path, cfg=None, *, out: str | Path | None = None, 
     """Repair the AUT of the run in ``run_dir``; writes ``repair/`` and returns ``repair.json``'s content."""
     import d3rlpy
 
-    from orchestrator.evaluation import evaluate_policy
-    from orchestrator.store import RunStore
+    from orchestrator.analysis.evaluation import evaluate_policy
+    from orchestrator.runs.store import RunStore
     from workers.policies import load_policy
-    from workers.repair import (RepairConfig, action_agreement, cql_from_aut, fine_tune, steps_to_dataset)
+    from workers.repair import (
+        RepairConfig,
+        action_agreement,
+        cql_from_aut,
+        fine_tune,
+        steps_to_dataset,
+    )
     from workers.training import TrainingError, quiet_d3rlpy
 
     cfg = (cfg or RepairConfig()).validate()

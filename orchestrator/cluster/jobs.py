@@ -26,7 +26,9 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from workers.resources import CHECKOUT
+
+REPO = CHECKOUT  # the code shipped to the cluster with a job (working_dir)
 CAMPAIGN_ENV = "DELTARL_CAMPAIGN"
 
 

@@ -9,7 +9,7 @@ def evaluate_policy(scenario, uri: str, episodes: int, seed: int, device: str | 
     """Table 1's columns for a policy: mean return ± 95% CI margin, success rate with its
     Wilson interval (success = the safety oracle does not fire), over ``episodes`` starts
     sampled from the reset distribution with ``seed`` (the batched engine, in this process)."""
-    from orchestrator.stats import mean_ci, wilson_interval
+    from orchestrator.analysis.stats import mean_ci, wilson_interval
     from workers.policies import load_policy
     from workers.rollout import rollout
 

@@ -13,7 +13,7 @@ from typing import Iterator
 
 import numpy as np
 
-from workers.rollout import RolloutResult, rollout_actor_class
+from workers.rollout import RolloutResult, RolloutWorker
 
 
 def start_ray(address: str | None = None, *, num_cpus: int | None = None, dashboard: bool = False,
@@ -40,6 +40,21 @@ def start_ray(address: str | None = None, *, num_cpus: int | None = None, dashbo
                 object_store_memory=object_store_bytes,
             )
     return ray.cluster_resources()
+
+
+def rollout_actor_class(num_gpus: float = 0.0, num_cpus: float = 1.0, max_restarts: int = 3,
+                        max_task_retries: int = 3):
+    """The Ray actor wrapping :class:`~workers.rollout.RolloutWorker`.
+
+    A dead actor is restarted (``max_restarts``) and the batches it had in flight are run again
+    on the new one (``max_task_retries``). A batch is a pure function of its states and seeds,
+    and the driver writes a generation only once all its batches are back, so a crash neither
+    loses nor duplicates episodes."""
+    import ray
+
+    return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=max_restarts,
+                      max_task_retries=max_task_retries)(RolloutWorker)
+
 
 
 class RolloutPool:

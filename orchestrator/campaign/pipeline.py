@@ -10,27 +10,27 @@ snapshot and stop at once when their budget is spent, a challenger with a card i
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from orchestrator.campaign.challenger import run_challenger_phase
+from orchestrator.campaign.optimality import run_optimality
+from orchestrator.campaign.safety import run_safety
+from orchestrator.runs.layout import RunFolder
 
 
 def run_campaign(campaign, *, resume: bool = False, progress: bool = True) -> dict:
-    from orchestrator.challenger import run_challenger_phase
-    from orchestrator.optimality import run_optimality
-    from orchestrator.safety import run_safety
-
-    out = {"campaign": campaign.name, "output": str(Path(campaign.output)), "safety": None, "challengers": [],
+    scenario = campaign.build_scenario()  # built once (validation built it already), reused by every phase
+    run = RunFolder(campaign.output)
+    out = {"campaign": campaign.name, "output": str(run.root), "safety": None, "challengers": [],
            "optimality": None}
     if campaign.safety is not None:
-        out["safety"] = run_safety(campaign, resume=resume, progress=progress)
+        out["safety"] = run_safety(campaign, resume=resume, progress=progress, scenario=scenario)
     if campaign.challenger is not None:
         out["challengers"] = run_challenger_phase(campaign, resume=resume, progress=progress)
     if campaign.optimality is not None:
-        opt_resume = resume and any((Path(campaign.output) / "snapshots").glob("opt-*.pkl"))
-        out["optimality"] = run_optimality(campaign, resume=opt_resume, progress=progress)
-    from orchestrator.store import atomic_write_bytes
-
-    atomic_write_bytes(Path(campaign.output) / "results.json", json.dumps(out, indent=2, default=float).encode())
+        opt_resume = resume and run.has_phase("optimality")
+        out["optimality"] = run_optimality(campaign, resume=opt_resume, progress=progress, scenario=scenario)
+    run.write_json(run.results_json, out)
     return out
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
 from pathlib import Path
 
 from workers.llm import LLMConfig, LLMFatalError, LLMGenerator, RateLimiter
@@ -41,7 +40,7 @@ class AuditLog:
             return
         import pyarrow as pa
 
-        from orchestrator.store import atomic_write_table
+        from orchestrator.runs.store import atomic_write_table
 
         self.directory.mkdir(parents=True, exist_ok=True)
         rows = []
@@ -141,7 +140,7 @@ class RayLLMPool(_PoolBase):
         super().__init__(config, audit_dir)
         import ray
 
-        from orchestrator.driver import start_ray
+        from orchestrator.cluster.driver import start_ray
 
         start_ray()
         self._ray = ray
@@ -181,7 +180,7 @@ def make_llm_pool(config: LLMConfig | dict, run_dir: Path | None, *, use_ray: bo
 
 def attach_llm(fuzzer, campaign, run_dir: Path):
     """Give ``fuzzer`` the campaign's LLM when it needs one; returns the pool (or None)."""
-    if not getattr(fuzzer, "needs_llm", False):
+    if not fuzzer.needs_llm:
         return None
     pool = make_llm_pool(campaign.llm or LLMConfig(), run_dir, use_ray=campaign.workers > 0)
     fuzzer.attach_llm(pool.generate)
@@ -191,7 +190,7 @@ def attach_llm(fuzzer, campaign, run_dir: Path):
 def llm_metrics(fuzzer) -> dict:
     """Per-generation LLM figures of an LLM-guided fuzzer (empty for the others): calls, tokens,
     random mutations (the calls the multi-scale strategy saved), fallbacks, the threshold α."""
-    if not getattr(fuzzer, "needs_llm", False):
+    if not fuzzer.needs_llm:
         return {}
     s = fuzzer.stats()
     return {"llm_calls": s["llm_calls"], "llm_tokens": s["llm_prompt_tokens"] + s["llm_completion_tokens"],

@@ -20,34 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator.safety import SAFETY_PHASES
-
-EVAL_SEED = 2024  # the zoo cards' evaluation seed: challenger and AUT start from the same states
+from orchestrator.runs.cards import challenger_card, read_card, write_card
+from orchestrator.runs.layout import CARD, MODEL_FILES, SAFETY_PHASES, RunFolder
 
 
 def challenger_dir(run_dir: str | Path, algo: str) -> Path:
-    return Path(run_dir) / "challengers" / algo
-
-
-def _campaign_of(run_dir: Path) -> dict:
-    p = run_dir / "campaign.json"
-    return json.loads(p.read_text()) if p.is_file() else {}
-
-
-def _aut_training_seconds(aut_uri: str | None) -> float | None:
-    """The AUT's training wall time when its card says (zoo agents and train-aut outputs)."""
-    if not aut_uri:
-        return None
-    from workers.policies import PolicyError, resolve_zoo_uri
-
-    try:
-        path = resolve_zoo_uri(aut_uri) if aut_uri.startswith("zoo:") else Path(aut_uri)
-    except PolicyError:
-        return None
-    card = Path(path).parent / "card.json"
-    if card.is_file():
-        return json.loads(card.read_text()).get("training_wall_seconds")
-    return None
+    return RunFolder(run_dir).challenger_dir(algo)
 
 
 def train_run_challenger(
@@ -68,15 +46,17 @@ def train_run_challenger(
     import dataclasses
 
     from envs import get_scenario
-    from orchestrator import tracking
-    from orchestrator.driver import start_ray
-    from orchestrator.store import RunStore, StoreError
-    from workers.challenger import challenger_config, train_challenger_job
+    from orchestrator.campaign.train_jobs import train_challenger_job
+    from orchestrator.cluster.driver import start_ray
+    from orchestrator.runs import tracking
+    from orchestrator.runs.store import RunStore, StoreError
+    from workers.challenger import challenger_config
     from workers.training import TrainingError, latest_checkpoint
 
     run_dir = Path(run_dir)
     store = RunStore.open(run_dir)
-    campaign = _campaign_of(run_dir)
+    run = RunFolder(run_dir)
+    campaign = run.read_json(run.campaign_json) or {}
     scenario = get_scenario(store.meta["scenario"], **campaign.get("scenario_overrides", {}))
     eps = store.read_episodes(phase=list(phases), role="aut")
     if len(eps) == 0:
@@ -96,37 +76,37 @@ def train_run_challenger(
         key = challenger_cache_key(store, phases, cfg, eval_episodes)
         hit = cache / key
         lock = _claim_or_wait(cache, key)  # None: another campaign trained it meanwhile
-        if lock is None and (hit / "card.json").is_file():
+        if lock is None and (hit / CARD).is_file():
             return _from_cache(hit, out, run_dir, store)
 
     try:
         start_ray()
-        run = None
+        mlrun = None
         if mlflow:
-            run = tracking.start_run(run_dir, "challenger-training", f"{scenario.name}-{algo}-s{cfg.seed}",
+            mlrun = tracking.start_run(run_dir, "challenger-training", f"{scenario.name}-{algo}-s{cfg.seed}",
                                      params={"config": dataclasses.asdict(cfg), "dataset": {
                                          "run_id": store.run_id, "phases": list(phases), "episodes": len(eps)}},
                                      tags={"deltarl.kind": "challenger-training", "scenario": scenario.name,
                                            "algo": algo})
         t0 = time.perf_counter()
         try:
-            state = train_challenger_job(cfg, run_dir, out, phases=phases, resume=resume, tracking=run,
+            state = train_challenger_job(cfg, run_dir, out, phases=phases, resume=resume, tracking=mlrun,
                                          progress=progress)
-            card = write_challenger_card(out, cfg, state, scenario, aut_uri=campaign.get("aut"),
+            card = challenger_card(out, cfg, state, scenario, aut_uri=campaign.get("aut"),
                                          eval_episodes=eval_episodes, dataset={
                                              "run_dir": str(run_dir), "run_id": store.run_id, "phases": list(phases),
                                              "episodes": state["episodes"], "transitions": state["transitions"]},
                                          wall=time.perf_counter() - t0)
         except BaseException:
-            if run:
-                tracking.end_run(run, "FAILED")
+            if mlrun:
+                tracking.end_run(mlrun, "FAILED")
             raise
-        if run:
+        if mlrun:
             ev = card["evaluation"]
-            tracking.log_metrics(run, {"final_mean_return": ev["mean_return"], "final_success_rate": ev["success_rate"],
+            tracking.log_metrics(mlrun, {"final_mean_return": ev["mean_return"], "final_success_rate": ev["success_rate"],
                                        "training_wall_seconds": card["training_wall_seconds"]}, step=state["step"])
-            tracking.log_artifact(run, out / "card.json")
-            tracking.end_run(run)
+            tracking.log_artifact(mlrun, out / CARD)
+            tracking.end_run(mlrun)
         if key is not None:
             _to_cache(out, cache / key)
     finally:
@@ -145,7 +125,6 @@ def train_run_challenger(
 # file), so every campaign of one D compares against the same challenger (BCQ training is not
 # bit-reproducible across processes: two trainings of one seed differ).
 
-_CACHED_FILES = ("model.d3", "policy.pt", "card.json", "training.json")
 
 
 def challenger_cache_dir() -> Path | None:
@@ -176,7 +155,7 @@ def _claim_or_wait(cache: Path, key: str, timeout_s: float = 6 * 3600.0, poll_s:
     lock = cache / f".{key}.lock"
     t0 = time.monotonic()
     while True:
-        if (cache / key / "card.json").is_file():
+        if (cache / key / CARD).is_file():
             return None
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
@@ -201,7 +180,7 @@ def _to_cache(out: Path, dest: Path) -> None:
         return
     tmp = dest.parent / f".{dest.name}.tmp-{os.getpid()}"
     tmp.mkdir(parents=True, exist_ok=True)
-    for f in _CACHED_FILES:
+    for f in MODEL_FILES:
         if (out / f).is_file():
             shutil.copy2(out / f, tmp / f)
     try:
@@ -214,67 +193,13 @@ def _from_cache(hit: Path, out: Path, run_dir: Path, store) -> dict:
     import shutil
 
     out.mkdir(parents=True, exist_ok=True)
-    for f in _CACHED_FILES:
-        if (hit / f).is_file() and f != "card.json":
+    for f in MODEL_FILES:
+        if (hit / f).is_file() and f != CARD:
             shutil.copy2(hit / f, out / f)
-    card = json.loads((hit / "card.json").read_text())
+    card = read_card(hit)
     card.setdefault("dataset", {}).update(run_dir=str(run_dir), run_id=store.run_id)
     card["from_cache"] = str(hit)
-    from orchestrator.store import atomic_write_bytes
-
-    atomic_write_bytes(out / "card.json", json.dumps(card, indent=2).encode())
-    return card
-
-
-def write_challenger_card(out: Path, cfg, state: dict, scenario, *, aut_uri: str | None, eval_episodes: int,
-                          dataset: dict, wall: float = 0.0) -> dict:
-    """Export TorchScript, evaluate the challenger (and the AUT from the same starts), write
-    ``card.json`` whole."""
-    import dataclasses
-    import hashlib
-
-    import d3rlpy
-
-    from orchestrator.evaluation import evaluate_policy
-    from orchestrator.store import atomic_write_bytes
-
-    algo = d3rlpy.load_learnable(str(out / "model.d3"), device="cpu:0")
-    files = ["model.d3"]
-    import warnings
-
-    try:
-        with warnings.catch_warnings():  # torch.jit.trace's deprecation and tracer notes
-            warnings.simplefilter("ignore")
-            algo.save_policy(str(out / "policy.pt"))
-        files.append("policy.pt")
-        torchscript = "policy.pt"
-    except Exception as exc:  # noqa: BLE001 - d3rlpy cannot trace every algorithm's action selection
-        torchscript = f"not exported: {type(exc).__name__}: {str(exc)[:200]}"
-    ev = evaluate_policy(scenario, str(out / "model.d3"), eval_episodes, seed=EVAL_SEED, device="cpu")
-    aut = None
-    if aut_uri:
-        aut_ev = evaluate_policy(scenario, aut_uri, eval_episodes, seed=EVAL_SEED, device="cpu")
-        aut = {"policy": aut_uri, "evaluation": aut_ev, "training_wall_seconds": _aut_training_seconds(aut_uri)}
-    card = {
-        "challenger": f"{scenario.name}-{cfg.algo}",
-        "scenario": scenario.name,
-        "algorithm": type(algo).__name__ + f" (d3rlpy {d3rlpy.__version__})",
-        "config": dataclasses.asdict(cfg),
-        "dataset": dataset,
-        "steps": state["step"],
-        "seed": cfg.seed,
-        "training_wall_seconds": state["wall_seconds"],
-        "wall_seconds_incl_eval": wall,
-        "evaluation": ev,
-        "aut": aut,
-        "torchscript": torchscript,
-        "files": {f: hashlib.sha256((out / f).read_bytes()).hexdigest() for f in files},
-    }
-    if aut:
-        a, c = aut["evaluation"]["mean_return"], ev["mean_return"]
-        card["return_vs_aut"] = {"difference": c - a, "ratio": c / a if a > 0 else None}
-    atomic_write_bytes(out / "card.json", json.dumps(card, indent=2, default=float).encode())
-    return card
+    return write_card(out, card)
 
 
 def run_challenger_phase(campaign, *, resume: bool = False, progress: bool = True) -> list[dict]:
@@ -286,8 +211,8 @@ def run_challenger_phase(campaign, *, resume: bool = False, progress: bool = Tru
     cards = []
     for algo in spec.algos:
         out = challenger_dir(campaign.output, algo)
-        if resume and (out / "card.json").is_file():
-            cards.append(json.loads((out / "card.json").read_text()))
+        if resume and read_card(out) is not None:
+            cards.append(read_card(out))
             continue
         cards.append(train_run_challenger(
             campaign.output, algo, preset=spec.preset, steps=spec.steps, seed=campaign.seed,

@@ -19,7 +19,7 @@ the improvement over the best baseline and a two-sided Mann–Whitney U test and
 Delta against it; Table 6: behaviour clusters), with the paper's numbers
 (``experiments/papers/delta.yaml``) beside ours. Plots: failures and bugs over time, bugs and
 failures over the initial-state grid (the first two state dimensions), AUT vs challenger returns
-per test case, and the behaviour dendrogram (:mod:`orchestrator.behaviour`).
+per test case, and the behaviour dendrogram (:mod:`orchestrator.analysis.behaviour`).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
-from orchestrator import stats
+from orchestrator.analysis import stats
+from workers.resources import resource
 
-REPO = Path(__file__).resolve().parents[1]
-PAPER_FILE = REPO / "experiments" / "papers" / "delta.yaml"
+PAPER_FILE = resource("papers", "delta.yaml")
 NOT_IN_RUN = "not in this run"
 BASELINES = ("mdpfuzz", "curefuzz", "gmt", "random")
 METRICS = (("bugs", "bugs"), ("distinct_bugs", "distinct bugs"), ("distance", "distance"))
@@ -388,7 +388,7 @@ def _num(v, digits=None) -> str:
 
 def _optimality_cases(run: Run):
     """AUT and challenger (mean) returns per optimality test case, and the bug flag."""
-    from orchestrator.store import RunStore
+    from orchestrator.runs.store import RunStore
 
     if not run.optimality or not (run.dir / "episodes").is_dir():
         return None
@@ -414,7 +414,7 @@ def _bug_states(run: Run) -> np.ndarray | None:
 
 
 def _failure_states(run: Run) -> np.ndarray | None:
-    from orchestrator.store import RunStore
+    from orchestrator.runs.store import RunStore
 
     if not run.safety or not (run.dir / "episodes").is_dir():
         return None
@@ -587,7 +587,7 @@ def section_optimality(doc: Doc, runs: list[Run], scenario: str, paper: dict):
 
 
 def section_behaviour(doc: Doc, runs: list[Run], scenario: str, paper: dict, max_sequences: int, figs: bool = True):
-    from orchestrator.behaviour import TAUS, cluster_run
+    from orchestrator.analysis.behaviour import TAUS, cluster_run
 
     doc.h("Behaviour clustering (Delta Sec. 6.1, Table 6)", 3)
     with_bugs = [r for r in runs if r.optimality and (r.dir / "bugs.parquet").is_file()]
@@ -763,7 +763,7 @@ def build(path: str | Path, *, max_sequences: int = 300) -> Doc:
         section_single(doc, r)
     if grid_df is not None:
         doc.h("Grid results (results.parquet)", 2)
-        from orchestrator.grid import markdown_table
+        from orchestrator.campaign.grid import markdown_table
 
         lines = markdown_table(grid_df).strip().splitlines()
         headers = [h.strip() for h in lines[0].strip("|").split("|")]
@@ -786,7 +786,7 @@ def build(path: str | Path, *, max_sequences: int = 300) -> Doc:
 def write_report(path: str | Path, out: str | Path | None = None, *, max_sequences: int = 300) -> dict:
     """Build the report of ``path`` and write ``report.md`` (figures in ``report_files/``) and the
     self-contained ``report.html`` into ``out`` (default: ``path``)."""
-    from orchestrator.store import atomic_write_bytes
+    from orchestrator.runs.store import atomic_write_bytes
 
     doc = build(path, max_sequences=max_sequences)
     out = Path(out) if out is not None else Path(path)

@@ -146,7 +146,7 @@ def bug_trajectories(run_dir: str | Path, *, max_sequences: int | None = 500, se
     """
     import pandas as pd
 
-    from orchestrator.store import RunStore
+    from orchestrator.runs.store import RunStore
 
     run_dir = Path(run_dir)
     if not (run_dir / "bugs.parquet").is_file():

@@ -1,0 +1,3 @@
+"""Reading results: ``stats`` (means, intervals, tests), ``evaluation`` (a policy's return and
+success rate), ``diversity`` and ``behaviour`` (what the failures and bugs look like), ``report``
+(Markdown + HTML) and ``markdown`` (the one table helper)."""

@@ -1,0 +1,103 @@
+"""Safety testing (Delta phase 1): fuzz the AUT for failures and record every trajectory (dataset D).
+
+    run_safety(campaign)               # a new run in campaign.output
+    run_safety(campaign, resume=True)  # continue from the last generation snapshot
+
+The phase runs in the generation loop (:mod:`orchestrator.campaign.generations`); what it adds:
+the AUT alone runs from the proposed states, the fuzzer reads its episodes, the episodes go to
+the run's Parquet store (phase ``sampling`` or ``fuzzing``, the fuzzer's name, the generation
+as iteration), and the failures (the scenario's oracle) are counted, with the distinct ones on
+the scenario's grid.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from orchestrator.analysis.diversity import failure_diversity
+from orchestrator.campaign.generations import LoopState, Phase, restore, run_phase
+from orchestrator.fuzzers import Feedback, make_fuzzer
+from orchestrator.runs.layout import RunFolder
+from orchestrator.runs.store import RunStore, StoreError
+from workers.policies import load_policy
+
+
+@dataclass
+class SafetyState(LoopState):
+    failures: int = 0
+    failure_states: list = field(default_factory=list)  # initial states of failing episodes
+
+    @property
+    def episodes(self) -> int:
+        return self.done
+
+
+class SafetyPhase(Phase):
+    name = "safety"
+    unit = "ep"
+    count_name = "episodes"
+    state_class = SafetyState
+
+    def judge(self, states, result):
+        return Feedback.from_result(result)
+
+    def record(self, st: SafetyState, states, result, gen_seed: int) -> dict:
+        self.store.write(result, phase=st.phase, fuzzer=self.spec.fuzzer, iteration=st.generation,
+                         wall_time=st.elapsed, policy_sha256=self.policy_hashes["aut"])
+        fails = result.failure
+        st.failures += int(fails.sum())
+        st.failure_states.extend(states[fails].tolist())
+        return {"failures": st.failures, "distinct_failures": self._distinct(st),
+                "mean_return": float(result.returns.mean())}
+
+    def _distinct(self, st: SafetyState) -> int:
+        return self.scenario.count_distinct(np.asarray(st.failure_states)) if st.failure_states else 0
+
+    def gauges(self, row: dict) -> dict:
+        return {"failures": row["failures"]}
+
+    def postfix(self, row: dict) -> dict:
+        return {"failures": row["failures"], "distinct": row["distinct_failures"]}
+
+    def summarize(self, st: SafetyState) -> dict:
+        """``summary.json`` and ``timeline.parquet`` (failures over time), both written whole."""
+        c = self.campaign
+        summary = {
+            "campaign": c.name, "scenario": self.scenario.name, "aut": c.aut, "fuzzer": self.spec.fuzzer,
+            "seed": c.seed, "episodes": st.done, "sampling_episodes": st.sampling_done,
+            "generations": st.generation, "wall_seconds": st.elapsed, "rollout_seconds": st.rollout_seconds,
+            "failures": st.failures, "distinct_failures": self._distinct(st),
+            "grid_intervals": self.scenario.grid_intervals,
+            "failure_rate": st.failures / st.done if st.done else float("nan"),
+            # LLMTester's Table II: distinct entire / initial / terminal states of the failures (N = 10)
+            "failure_states": failure_diversity(self.run.root, intervals=10),
+        }
+        self.run.write_json(self.run.summary_json("safety"), summary)
+        self.run.write_table(self.run.timeline_parquet("safety"),
+                             pa.Table.from_pandas(pd.DataFrame(st.timeline), preserve_index=False))
+        return summary
+
+
+def run_safety(campaign, *, resume: bool = False, progress: bool = True, scenario=None) -> dict:
+    """Run (or resume) the safety phase of ``campaign``; returns the summary. ``scenario``: the
+    campaign's scenario when the caller already built it (validation returns it)."""
+    scenario = scenario if scenario is not None else campaign.build_scenario()
+    spec = campaign.safety
+    run = RunFolder(campaign.output)
+    aut = load_policy(campaign.aut, scenario)  # a policy that does not load or fit: clear error, nothing written
+    fuzzer = make_fuzzer(spec.fuzzer, scenario, seed=campaign.seed, **spec.params)
+    if resume:
+        if not run.has_campaign():
+            raise StoreError(f"{run.root} holds no campaign to resume (campaign.json missing)")
+        store = RunStore.open(run.root)
+    else:
+        store = RunStore.create(run.root, scenario, run_id=f"{campaign.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        run.write_campaign(campaign)
+    phase = SafetyPhase(campaign, spec, scenario, run, store, fuzzer, {"aut": campaign.aut}, {"aut": aut})
+    st = restore(run, "safety", fuzzer, SafetyState) if resume else SafetyState()
+    return run_phase(phase, st, resume=resume, progress=progress)

@@ -1,0 +1,176 @@
+"""AUT and challenger training as Ray Train jobs: the same training loops as
+:mod:`workers.training` and :mod:`workers.challenger`, run by ``TorchTrainer`` in-process
+(``num_workers=0``) on a CPU machine and on one GPU worker on a GPU cluster, reporting every
+epoch to Ray Train and MLflow.
+
+    train_aut_job(cfg, "runs/aut-cartpole")
+    train_challenger_job(cfg, "runs/cartpole-curefuzz", "runs/cartpole-curefuzz/challengers/bcq")
+
+With :mod:`orchestrator.cluster`, the only module that imports Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from envs import get_scenario
+from orchestrator.runs import tracking
+from orchestrator.runs.cards import aut_card
+from orchestrator.runs.layout import CARD
+from orchestrator.runs.store import RunStore
+from workers.challenger import ChallengerConfig, train_challenger
+from workers.training import AutTrainConfig, quiet_d3rlpy, train_aut
+
+
+def _mlflow_reporter(tracking: dict | None):
+    """A report callback that logs epoch metrics to an existing MLflow run (or nothing)."""
+    if not tracking:
+        return lambda metrics, ckpt: None
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=tracking["tracking_uri"])
+    run_id = tracking["run_id"]
+
+    def report(metrics: dict, ckpt: Path) -> None:
+        step = int(metrics["step"])
+        ts = int(time.time() * 1000)
+        batch = [mlflow.entities.Metric(k, float(v), ts, step) for k, v in metrics.items()
+                 if isinstance(v, (int, float)) and np.isfinite(v)]
+        client.log_batch(run_id, metrics=batch)
+
+    return report
+
+
+def _train_loop_per_worker(config: dict) -> None:
+    """The Ray Train function: the same loop, reporting to Ray Train and MLflow."""
+    import ray.train
+
+    cfg = AutTrainConfig(**config["cfg"])
+    if cfg.device is None:
+        cfg.device = "cuda:0" if config.get("use_gpu") else "cpu:0"
+    to_mlflow = _mlflow_reporter(config.get("tracking"))
+
+    def report(metrics: dict, ckpt: Path) -> None:
+        to_mlflow(metrics, ckpt)
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt)))
+
+    train_aut(cfg, config["out_dir"], resume=config["resume"], report=report, progress=config.get("progress", False))
+
+
+def train_aut_job(
+    cfg: AutTrainConfig,
+    out_dir: str | os.PathLike,
+    *,
+    resume: bool = False,
+    use_gpu: bool | None = None,
+    tracking: dict | None = None,
+    progress: bool = False,
+) -> dict:
+    """Run :func:`train_aut` as a Ray Train job: in-process (``num_workers=0``) on a CPU
+    machine, on one GPU worker when the cluster has GPUs. One code path; returns the final
+    training state read back from ``out_dir``.
+
+    ``tracking`` = ``{"tracking_uri": ..., "run_id": ...}`` logs every epoch to that MLflow run.
+    """
+    cfg.validate()
+    out = Path(out_dir).resolve()
+    run_train_job(_train_loop_per_worker, {"cfg": asdict(cfg), "out_dir": str(out), "resume": resume,
+                                           "tracking": tracking, "progress": progress},
+                  out, name=f"aut-{cfg.scenario}-{cfg.algo}", use_gpu=use_gpu)
+    return json.loads((out / "training.json").read_text())
+
+
+def run_train_job(loop_fn, loop_config: dict, out_dir: Path, *, name: str, use_gpu: bool | None = None) -> None:
+    """Run ``loop_fn(loop_config)`` as a Ray Train job: in-process (``num_workers=0``) on a CPU
+    machine, one GPU worker when the cluster has GPUs (``loop_config["use_gpu"]`` tells it which).
+    AUT and challenger training share this path."""
+
+    import ray
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    if use_gpu is None:
+        use_gpu = ray.is_initialized() and ray.cluster_resources().get("GPU", 0) > 0
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    trainer = TorchTrainer(
+        loop_fn,
+        train_loop_config={**loop_config, "use_gpu": bool(use_gpu)},
+        scaling_config=ray.train.ScalingConfig(num_workers=1 if use_gpu else 0, use_gpu=bool(use_gpu)),
+        # a fresh name per call: Ray Train auto-resumes a reused (storage_path, name); our own
+        # checkpoints under out_dir/checkpoints carry the resume state instead
+        run_config=ray.train.RunConfig(name=f"{name}-{uuid.uuid4().hex[:8]}", storage_path=str(out / "ray_train")),
+    )
+    trainer.fit()
+
+
+def _challenger_loop_per_worker(config: dict) -> None:
+    """The Ray Train function: read D from the run's store, train, report."""
+    import ray.train
+
+    quiet_d3rlpy()
+    cfg = ChallengerConfig(**config["cfg"])
+    if cfg.device is None:
+        cfg.device = "cuda:0" if config.get("use_gpu") else "cpu:0"
+    dataset = RunStore.open(config["run_dir"]).to_mdp_dataset(phase=list(config["phases"]), role="aut")
+    to_mlflow = _mlflow_reporter(config.get("tracking"))
+
+    def report(metrics: dict, ckpt: Path) -> None:
+        to_mlflow(metrics, ckpt)
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt)))
+
+    train_challenger(cfg, dataset, config["out_dir"], resume=config["resume"], report=report,
+                     progress=config.get("progress", False))
+
+
+def train_challenger_job(
+    cfg: ChallengerConfig,
+    run_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    phases=("sampling", "fuzzing"),
+    resume: bool = False,
+    use_gpu: bool | None = None,
+    tracking: dict | None = None,
+    progress: bool = False,
+) -> dict:
+    """:func:`train_challenger` on the AUT steps of ``phases`` of the run in ``run_dir``, as a Ray
+    Train job (the AUT training path: in-process on a CPU machine, a GPU worker on a GPU cluster)."""
+    cfg.validate()
+    out = Path(out_dir).resolve()
+    run_train_job(_challenger_loop_per_worker,
+                  {"cfg": asdict(cfg), "run_dir": str(Path(run_dir).resolve()), "phases": list(phases),
+                   "out_dir": str(out), "resume": resume, "tracking": tracking, "progress": progress},
+                  out, name=f"challenger-{cfg.scenario}-{cfg.algo}", use_gpu=use_gpu)
+    return json.loads((out / "training.json").read_text())
+
+
+def train_aut_run(cfg: AutTrainConfig, out: Path, *, resume: bool = False, eval_episodes: int = 100,
+                  progress: bool = True) -> tuple[dict, dict, str]:
+    """``deltarl train-aut``: the training job logged to MLflow (experiment ``aut-training``), then the
+    AUT's card. Returns (final training state, card, MLflow tracking URI)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    run = tracking.start_run(out, "aut-training", f"{cfg.scenario}-{cfg.algo}-s{cfg.seed}",
+                             params={"config": asdict(cfg), "resume": resume},
+                             tags={"deltarl.kind": "aut-training", "scenario": cfg.scenario})
+    t0 = time.perf_counter()
+    try:
+        state = train_aut_job(cfg, out, resume=resume, tracking=run, progress=progress)
+    except BaseException:
+        tracking.end_run(run, "FAILED")
+        raise
+    card = aut_card(out, cfg, state, get_scenario(cfg.scenario), eval_episodes=eval_episodes,
+                    wall=time.perf_counter() - t0)
+    tracking.log_metrics(run, {"final_mean_return": card["evaluation"]["mean_return"],
+                               "final_success_rate": card["evaluation"]["success_rate"]}, step=state["step"])
+    tracking.log_artifact(run, out / CARD)
+    tracking.end_run(run)
+    return state, card, run["tracking_uri"]

@@ -1,0 +1,192 @@
+"""``deltarl run | grid | replay | repair | report``: campaigns, grids of campaigns and what they found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from orchestrator.cli.common import UsageError
+from orchestrator.runs.layout import RunFolder
+
+
+def cmd_run(args) -> int:
+    from orchestrator.campaign.config import campaign_from_dict, load_campaign
+    from orchestrator.campaign.pipeline import run_campaign, summary_table
+
+    if args.resume:
+        run = RunFolder(args.resume)
+        if not run.has_campaign():
+            raise UsageError(f"--resume {run.root}: not a campaign run folder (no campaign.json)")
+        campaign = run.campaign()
+    elif args.campaign_env:  # a Ray Job: the resolved campaign comes in the job's environment
+        if not os.environ.get(args.campaign_env):
+            raise UsageError(f"--campaign-env {args.campaign_env}: the variable is not set")
+        campaign = campaign_from_dict(json.loads(os.environ[args.campaign_env]), args.campaign_env)
+        if args.out:
+            campaign.output = args.out
+        if RunFolder(campaign.output).has_campaign():  # a resubmitted or retried job continues
+            args.resume = campaign.output
+    else:
+        if not args.campaign:
+            raise UsageError("give a campaign file (deltarl run CAMPAIGN.yaml) or --resume RUN_DIR")
+        campaign = load_campaign(args.campaign, output=args.out)
+    if (campaign.workers > 0 or campaign.challenger is not None) and not args.no_dashboard \
+            and os.environ.get("DELTARL_DASHBOARD", "1") != "0":
+        from orchestrator.cluster.driver import start_ray
+
+        start_ray(num_cpus=max(campaign.workers, os.cpu_count() or 1), dashboard=True)
+        if not args.quiet:
+            print("Ray dashboard: http://127.0.0.1:8265 (actors, jobs, logs, metrics)", file=sys.stderr)
+    results = run_campaign(campaign, resume=bool(args.resume), progress=not args.quiet)
+    print(f"{campaign.name}: {campaign.scenario}, AUT {campaign.aut}\n")
+    print(summary_table(results))
+    return 0
+
+
+def cmd_grid(args) -> int:
+    from orchestrator.campaign.grid import expand, load_grid, markdown_table, run_grid
+
+    grid = load_grid(args.grid, profile=args.profile)
+    if args.out:
+        grid["output"] = args.out
+    if args.dry_run:
+        for point, c in expand(grid):
+            print(f"{c.name}: {point} -> {c.output}")
+        return 0
+    df = run_grid(grid, progress=not args.quiet)
+    print(markdown_table(df))
+    out = Path(grid["output"])
+    print(f"table   {out / 'results.parquet'}\nMLflow  mlflow ui --backend-store-uri sqlite:///{out.resolve() / 'mlflow.db'}")
+    return 0 if (df["status"] == "done").all() else 1
+
+
+def cmd_replay(args) -> int:
+    from orchestrator.campaign.optimality import replay
+
+    r = replay(args.run_dir, args.bug_id)
+    state = ", ".join(f"{n}={v:.4g}" for n, v in zip(r["state_names"], r["initial_state"]))
+    print(f"bug {r['bug_id']}: {state}\n"
+          f"  AUT         {r['aut_return']:.2f}  (recorded {r['recorded_aut_return']:.2f})\n"
+          f"  challenger  {r['ca_return']:.2f}  (recorded {r['recorded_ca_return']:.2f})\n"
+          f"  {'reproduced' if r['reproduced'] else 'NOT reproduced: the returns differ from the record'}")
+    return 0 if r["reproduced"] else 1
+
+
+def cmd_report(args) -> int:
+    from orchestrator.analysis.report import write_report
+
+    out = write_report(args.path, args.out, max_sequences=args.max_sequences)
+    print(f"{out['tables']} tables, {out['figures']} figures\n  {out['markdown']}\n  {out['html']}  (self-contained)")
+    return 0
+
+
+def cmd_repair(args) -> int:
+    from orchestrator.campaign.repair import repair_run
+    from workers.repair import RepairConfig
+
+    cfg = RepairConfig(**{k: v for k, v in {"steps": args.steps, "learning_rate": args.lr, "alpha": args.alpha,
+                                            "batch_size": args.batch_size, "data": args.data,
+                                            "seed": args.seed}.items() if v is not None})
+    r = repair_run(args.run_dir, cfg, out=args.out, fuzz_budget=args.fuzz_budget, fuzz_fuzzer=args.fuzzer,
+                   fuzz_workers=args.fuzz_workers, eval_episodes=args.eval_episodes, force=args.force,
+                   progress=not args.quiet)
+    print(Path(r["aut_improved"]).with_name("repair.md").read_text())
+    print(f"files   {Path(r['aut_improved']).parent}/{{aut_improved.d3,repair.json,repair.md}}")
+    return 0
+
+
+def _add_repair_parser(sub) -> None:
+    p = sub.add_parser(
+        "repair",
+        help="fine-tune the AUT with CQL on the challenger's superior trajectories (AUT-Improved)",
+        description="Repair the AUT of an optimality run (Delta RQ4).\n\n"
+        "D_superior = the challenger's trajectories from the bug states (bugs.parquet; read from\n"
+        "steps/, re-run when not stored). The AUT's network, with its weights, is fine-tuned offline\n"
+        "with CQL (Double DQN -> DiscreteCQL, SAC -> CQL) on D_superior (the paper) or D ∪ D_superior\n"
+        "(--data union). Then AUT and AUT-Improved are compared: mean return ± 95% CI over 100 starts,\n"
+        "failures on the known failure states of the safety phase, returns and remaining bugs on the\n"
+        "bug states, and with --fuzz-budget a new safety campaign against each. Writes RUN_DIR/repair/:\n"
+        "aut_improved.d3, policy.pt, repair.json, repair.md (Table 5).",
+        epilog="Example:\n  deltarl run experiments/quickstart.yaml\n  deltarl repair runs/quickstart\n"
+        "  deltarl evaluate --policy runs/quickstart/repair/aut_improved.d3 --scenario CartPole-v1",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("run_dir", help="a run folder with bugs.parquet (an optimality phase) and its challenger")
+    p.add_argument("--data", choices=["superior", "union"], default=None,
+                   help="fine-tuning data: superior = D_superior only (default, as the paper), union = D ∪ D_superior")
+    p.add_argument("--steps", type=int, default=None, help="CQL gradient steps (default 3000)")
+    p.add_argument("--lr", type=float, default=None, help="learning rate of the Q-function / critic (default 1e-4)")
+    p.add_argument("--alpha", type=float, default=None, help="CQL conservative weight (default 1.0)")
+    p.add_argument("--batch-size", type=int, default=None, help="batch size (default: the AUT's)")
+    p.add_argument("--seed", type=int, default=None, help="fine-tuning seed (default 0)")
+    p.add_argument("--eval-episodes", type=int, default=100, help="starts for the mean return (default 100)")
+    p.add_argument("--fuzz-budget", type=int, default=None, metavar="N",
+                   help="also fuzz AUT-Improved and the AUT for safety failures, N episodes each (default: skip)")
+    p.add_argument("--fuzzer", default="curefuzz", help="the fuzzer of --fuzz-budget (default curefuzz)")
+    p.add_argument("--fuzz-workers", type=int, default=0,
+                   help="Ray rollout actors for --fuzz-budget (default 0: in this process, no Ray)")
+    p.add_argument("--out", default=None, help="output folder (default RUN_DIR/repair)")
+    p.add_argument("--force", action="store_true", help="replace an existing repair in the output folder")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_repair)
+
+
+def register(sub) -> None:
+    _add_repair_parser(sub)
+    p = sub.add_parser(
+        "run",
+        help="run a campaign from a YAML file: safety -> challenger -> optimality",
+        description="Run a campaign, each phase when the file has its section: safety (fuzz the AUT's "
+        "initial states for failures with random, mdpfuzz, curefuzz or gmt, recording every trajectory as "
+        "Parquet: dataset D), challenger (offline RL on D), optimality (differential fuzzing, Delta or a "
+        "baseline, of AUT vs challenger: bugs.parquet). Ends with a summary table. Corpora are snapshotted "
+        "every generation; --resume RUN_DIR continues an interrupted run.",
+        epilog="Quick start: deltarl run experiments/quickstart.yaml. More: experiments/campaigns/*.yaml",
+    )
+    p.add_argument("campaign", nargs="?", help="campaign YAML file")
+    p.add_argument("--out", default=None, help="run folder (overrides the campaign's output)")
+    p.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue the campaign in RUN_DIR")
+    p.add_argument("--no-dashboard", action="store_true",
+                   help="no Ray dashboard (by default it runs on 127.0.0.1:8265 while the campaign uses Ray)")
+    p.add_argument("--campaign-env", metavar="VAR", default=None,
+                   help="read the campaign (JSON) from environment variable VAR (what `deltarl submit` jobs do)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("grid", help="expand a grid of campaigns and run them concurrently on Ray",
+                       description="Expand GRID.yaml (a base campaign and axes: scenario x method x seed x ...) into "
+                       "campaigns, run each as a Ray task (concurrently, by its resource request), and collect one "
+                       "results table (OUT/results.parquet, results.md) and their MLflow runs in one experiment. "
+                       "Running it again skips finished campaigns. Exit 1 when a campaign failed.",
+                       epilog="Example: experiments/grids/cartpole-fuzzers.yaml")
+    p.add_argument("grid", help="grid YAML file")
+    p.add_argument("--profile", default=None,
+                   help="the grid's named budget profile, e.g. local (laptop-sized) or paper (the papers' budgets); "
+                        "default: the first profile in the file")
+    p.add_argument("--out", default=None, help="output folder (overrides the grid's)")
+    p.add_argument("--dry-run", action="store_true", help="list the campaigns, run nothing")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_grid)
+
+    p = sub.add_parser("replay", help="re-run an optimality bug and show both returns",
+                       description="Re-run bug BUG_ID of an optimality run (bugs.parquet) with its recorded "
+                       "initial state and episode seeds: the AUT and the challenger again, both returns beside "
+                       "the recorded ones. Exit 1 when they differ.")
+    p.add_argument("run_dir", help="the campaign's run folder")
+    p.add_argument("bug_id", type=int, help="the bug_id column of bugs.parquet")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("report", help="write report.md and a self-contained report.html for a run or a grid",
+                       description="Tables in the Delta paper's layout with its numbers beside ours (mean ± 95% CI, "
+                       "Mann–Whitney U, Cohen's d, improvement over the best baseline), failures and bugs over time, "
+                       "bugs over the initial-state grid, AUT vs challenger returns, and behaviour clusters (DTW) of "
+                       "the AUT on the bugs. PATH: a run folder, a grid folder (results.parquet) or a folder of runs.")
+    p.add_argument("path", help="run folder, grid folder or folder of run folders")
+    p.add_argument("--out", default=None, help="where to write report.md, report.html, report_files/ (default: PATH)")
+    p.add_argument("--max-sequences", type=int, default=300,
+                   help="behaviour clustering: at most this many bug trajectories per run (seeded sample; default 300)")
+    p.set_defaults(func=cmd_report)
