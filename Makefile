@@ -34,7 +34,9 @@ browser:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); \
 	  else echo "note: no chromium on PATH; the report tests need it: sudo apt-get install -y chromium"; fi
 
+# lint (pyflakes + import order, settings in pyproject.toml), then the suite
 test: $(BIN)/.deltarl-installed browser
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 bench: $(BIN)/.deltarl-installed

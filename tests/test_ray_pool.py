@@ -97,7 +97,8 @@ def test_actors_use_no_gpu_on_a_cpu_cluster(ray_cluster):
 def test_corpus_actor_holds_a_corpus(ray_cluster):
     import ray
 
-    from orchestrator.fuzzers.corpus import Corpus, corpus_actor_class
+    from orchestrator.cluster.driver import corpus_actor_class
+    from orchestrator.fuzzers.corpus import Corpus
 
     actor = corpus_actor_class().remote(2)
     ids = ray.get(actor.add.remote(np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]), energy=[0.0, 1.0, 0.0], ret=[1, 2, 3]))

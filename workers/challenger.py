@@ -39,6 +39,7 @@ from workers.training import (
     load_checkpoint,
     quiet_d3rlpy,
 )
+from workers.yamlfile import load_yaml
 
 ALGOS = ("bc", "bcq", "cql")
 # (algo, discrete) -> d3rlpy config class name
@@ -87,9 +88,7 @@ class ChallengerConfig:
 
 def list_presets() -> dict[str, list[str]]:
     """Preset file stem -> the scenarios it covers."""
-    import yaml
-
-    return {p.stem: list((yaml.safe_load(p.read_text()) or {}).get("scenarios", {}))
+    return {p.stem: list(load_yaml(p, "challenger preset", TrainingError, allow_empty=True).get("scenarios", {}))
             for p in sorted(PRESET_DIR.glob("*.yaml"))}
 
 
@@ -97,8 +96,6 @@ def challenger_config(scenario: str, algo: str, preset: str | os.PathLike | None
     """The preset settings of ``algo`` for ``scenario``. ``preset`` is a preset name
     (``classic-control``, ``mujoco``), a YAML file, or None for the preset covering ``scenario``;
     ``overrides`` (steps, seed, …) replace preset values when not None."""
-    import yaml
-
     if algo not in ALGOS:
         raise TrainingError(f"unknown challenger algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
     if preset is None:
@@ -114,10 +111,7 @@ def challenger_config(scenario: str, algo: str, preset: str | os.PathLike | None
         if not path.is_file():
             raise TrainingError(f"challenger preset {preset!r} not found: give a YAML file or one of "
                                 f"{', '.join(list_presets())}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise TrainingError(f"challenger preset {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    data = load_yaml(path, "challenger preset", TrainingError, allow_empty=True)
     scens = data.get("scenarios") or {}
     if scenario not in scens:
         raise TrainingError(f"challenger preset {path} has no settings for {scenario} "

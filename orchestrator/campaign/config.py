@@ -55,6 +55,7 @@ from typing import Any
 from envs import ScenarioError, ScenarioRef
 from orchestrator.fuzzers import FUZZERS, fuzzer_class
 from workers.llm import LLMConfig, LLMConfigError
+from workers.yamlfile import load_yaml
 
 
 class CampaignError(ValueError):
@@ -178,19 +179,9 @@ def _check_type(value, hint: str, path: str):
 
 def load_campaign(path: str | Path, **overrides) -> Campaign:
     """Read and validate a campaign file (``overrides`` replace top-level keys, e.g. output)."""
-    import yaml
-
     p = Path(path)
-    if not p.is_file():
-        raise CampaignError(f"campaign file {p} not found; examples are in experiments/campaigns/")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        raise CampaignError(f"campaign file {p} is not valid YAML: {str(exc).splitlines()[0]}") from exc
-    if data is None:
-        raise CampaignError(f"campaign file {p} is empty")
-    if isinstance(data, dict):
-        data.update({k: v for k, v in overrides.items() if v is not None})
+    data = load_yaml(p, "campaign file", CampaignError, fix="examples are in experiments/campaigns/")
+    data.update({k: v for k, v in overrides.items() if v is not None})
     campaign = _build(Campaign, data, "")
     if not campaign.name:
         campaign.name = p.stem
@@ -198,21 +189,25 @@ def load_campaign(path: str | Path, **overrides) -> Campaign:
     return campaign
 
 
-def campaign_from_dict(data: dict, where: str = "campaign.json") -> Campaign:
+def campaign_from_dict(data: dict, where: str = "the resolved campaign") -> Campaign:
     """A campaign from its resolved form (``campaign.json`` of a run folder, which also says its
     run-folder layout version)."""
-    from orchestrator.runs.layout import LAYOUT_VERSION
-
-    data = dict(data)
-    version = data.pop("layout_version", 1)
-    if not isinstance(version, int) or version > LAYOUT_VERSION:
-        raise CampaignError(f"{where}: written by a newer deltarl (run-folder layout {version!r}; this one reads "
-                            f"layouts up to {LAYOUT_VERSION}): upgrade deltarl to read it")
+    data = {k: v for k, v in data.items() if k != "layout_version"}  # RunFolder.campaign_dict checks it
     try:
         c = _build(Campaign, data, "")
     except CampaignError as exc:
         raise CampaignError(f"{where}: {exc}") from exc
     validate_campaign(c)
+    return c
+
+
+def campaign_of_run(run_dir) -> Campaign:
+    """The campaign of a run folder, validated, its ``output`` pointing at the folder."""
+    from orchestrator.runs.layout import RunFolder
+
+    run = RunFolder(run_dir)
+    c = campaign_from_dict(run.campaign_dict(), str(run.campaign_json))
+    c.output = str(run.root)
     return c
 
 

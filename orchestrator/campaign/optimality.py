@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from orchestrator.campaign.config import campaign_of_run
 from orchestrator.campaign.generations import (
     LoopState,
     Phase,
@@ -205,7 +206,7 @@ def replay(run_dir: str | Path, bug_id: int) -> dict:
     if row.empty:
         raise StoreError(f"no bug {bug_id} in {run.bugs_parquet} (bug ids 0..{len(bugs) - 1})")
     row = row.iloc[0]
-    campaign = run.campaign()
+    campaign = campaign_of_run(run.root)
     summary = run.summary(PHASE) or {}
     scenario = campaign.build_scenario()
     ca_uri = summary.get("challenger") or run.challenger_uri(campaign)

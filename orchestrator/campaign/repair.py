@@ -30,15 +30,36 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
+import warnings
 from pathlib import Path
 
+import d3rlpy
 import numpy as np
+import pandas as pd
 
-from orchestrator.runs.store import StoreError, atomic_write_bytes
+from orchestrator.analysis.evaluation import evaluate_policy
+from orchestrator.analysis.stats import mean_ci
+from orchestrator.campaign.config import Budget, SafetySpec, campaign_of_run
+from orchestrator.campaign.safety import run_safety
+from orchestrator.fuzzers.oracles import make_oracle
+from orchestrator.runs.cards import EVAL_SEED, read_card
+from orchestrator.runs.layout import MODEL, SAFETY_PHASES, TORCHSCRIPT, RunFolder
+from orchestrator.runs.store import RunStore, StoreError, atomic_write_bytes
+from workers.policies import load_policy, resolve_zoo_uri
+from workers.repair import (
+    RepairConfig,
+    action_agreement,
+    cql_from_aut,
+    fine_tune,
+    rollout_steps,
+    steps_to_dataset,
+)
 from workers.resources import CHECKOUT
+from workers.rollout import RolloutResult, rollout
+from workers.training import TrainingError, quiet_d3rlpy
 
-EVAL_SEED = 2024  # the cards' evaluation seed
 EVAL_EPISODES = 100
 
 
@@ -46,25 +67,20 @@ class RepairInputs:
     """What a run folder says about its optimality phase: scenario, AUT, challenger, bugs, D."""
 
     def __init__(self, run_dir: str | Path):
-        import pandas as pd
 
-        from envs import get_scenario
-        from orchestrator.campaign.config import campaign_from_dict
-        from orchestrator.runs.store import RunStore
 
-        self.run_dir = run_dir = Path(run_dir)
-        if not (run_dir / "campaign.json").is_file() or not (run_dir / "store.json").is_file():
+        self.run = run = RunFolder(run_dir)
+        self.run_dir = run_dir = run.root
+        if not run.has_campaign() or not run.store_json.is_file():
             raise StoreError(f"{run_dir} is not a campaign run folder (no campaign.json / store.json); give the "
                              f"folder of a `deltarl run` with an optimality: section")
-        self.campaign = campaign_from_dict(json.loads((run_dir / "campaign.json").read_text()),
-                                           str(run_dir / "campaign.json"))
-        self.campaign.output = str(run_dir)
-        self.scenario = get_scenario(self.campaign.scenario, **self.campaign.scenario_overrides)
+        self.campaign = campaign_of_run(run.root)
+        self.scenario = self.campaign.build_scenario()
         self.store = RunStore.open(run_dir)
-        self.summary = (json.loads((run_dir / "optimality_summary.json").read_text())
-                        if (run_dir / "optimality_summary.json").is_file() else {})
-        bugs_file = run_dir / "bugs.parquet"
-        self.bugs = pd.read_parquet(bugs_file) if bugs_file.is_file() else pd.DataFrame()
+        self.summary = run.summary("optimality") or {}
+        bugs_file = run.bugs_parquet
+        bugs = run.bugs()
+        self.bugs = bugs if bugs is not None else pd.DataFrame()
         if self.bugs.empty:
             raise StoreError(f"{run_dir} has no optimality bugs ({bugs_file} is "
                              f"{'empty' if bugs_file.is_file() else 'missing'}): repair learns from the states "
@@ -79,7 +95,7 @@ class RepairInputs:
         uri = self.summary.get("challenger") or (self.campaign.optimality.challenger
                                                  if self.campaign.optimality else None)
         if not uri and self.campaign.challenger is not None:
-            uri = str(self.run_dir / "challengers" / self.campaign.challenger.algos[0] / "model.d3")
+            uri = str(self.run.challenger_dir(self.campaign.challenger.algos[0]) / MODEL)
         fix = (f"train one (deltarl train-challenger --data {self.run_dir} --algo bcq) and run the optimality "
                f"phase with it")
         if not uri:
@@ -93,14 +109,12 @@ class RepairInputs:
 
     def _dataset_source(self) -> tuple[Path | None, list[str]]:
         """D's run folder and phases: the challenger card's dataset, else this run's safety phases."""
-        from orchestrator.runs.layout import SAFETY_PHASES
-        from orchestrator.runs.store import RunStore
 
-        card = Path(self.challenger_uri).parent / "card.json"
-        if card.is_file():
-            ds = json.loads(card.read_text()).get("dataset") or {}
+        card = read_card(Path(self.challenger_uri).parent)
+        if card is not None:
+            ds = card.get("dataset") or {}
             p = _existing_path(ds.get("run_dir") or "")
-            if p is not None and (p / "store.json").is_file():
+            if p is not None and RunFolder(p).store_json.is_file():
                 return p, list(ds.get("phases") or SAFETY_PHASES)
         if len(RunStore.open(self.run_dir).read_episodes(phase=list(SAFETY_PHASES), role="aut",
                                                           columns=["episode_id"])):
@@ -112,7 +126,6 @@ class RepairInputs:
         return np.stack(self.bugs["initial_state"].to_numpy()).astype(np.float64)
 
     def oracle(self):
-        from orchestrator.fuzzers.oracles import make_oracle
 
         spec = self.campaign.optimality
         return make_oracle(spec.oracle if spec else "auto", self.scenario, delta=spec.delta if spec else 0.0,
@@ -132,8 +145,6 @@ def _existing_path(p: str) -> Path | None:
 def aut_weights_path(aut_uri: str) -> Path:
     """The AUT's d3rlpy model file: the zoo agent's ``model.d3``, a ``.d3`` path, or the
     ``model.d3`` beside a TorchScript/ONNX export."""
-    from workers.policies import resolve_zoo_uri
-    from workers.training import TrainingError
 
     path = resolve_zoo_uri(aut_uri) if aut_uri.startswith("zoo:") else _existing_path(aut_uri)
     if path is not None:
@@ -149,9 +160,6 @@ def aut_weights_path(aut_uri: str) -> Path:
 
 def superior_steps(inp: RepairInputs) -> tuple[dict, str]:
     """D_superior's steps (``RunStore.read_steps`` form) and where they came from."""
-    from workers.policies import load_policy
-    from workers.repair import rollout_steps
-    from workers.rollout import RolloutResult, rollout
 
     eps = inp.store.read_episodes(phase="optimality", role="challenger", bug=True,
                                   columns=["episode_id", "length"])
@@ -174,7 +182,6 @@ def superior_steps(inp: RepairInputs) -> tuple[dict, str]:
 
 
 def _role_stats(res, role: str, n: int, repeats: int) -> dict:
-    from orchestrator.analysis.stats import mean_ci
 
     r = res.by_role(role)
     mean, margin = mean_ci(r.returns)
@@ -189,7 +196,6 @@ def _role_stats(res, role: str, n: int, repeats: int) -> dict:
 def evaluate_on_states(scenario, policies: dict, states: np.ndarray, repeats: int = 1) -> dict:
     """Every policy from every state (``repeats`` times, common random numbers): per role mean
     return ± 95% CI, failures (episodes and states) and the (states, repeats) return matrix."""
-    from workers.rollout import rollout
 
     res = rollout(scenario, policies, states, repeats=repeats, seed=EVAL_SEED)
     return {role: _role_stats(res, role, len(states), repeats) for role in policies}
@@ -208,24 +214,20 @@ def fuzz_compare(inp: RepairInputs, improved_uri: str, budget: int, out: Path, f
     """A new safety campaign against AUT-Improved and one against the AUT: same fuzzer, seed and
     budget (episodes), in ``out/fuzz-aut`` and ``out/fuzz-aut_improved``. Failures and distinct
     failures of each. ``workers`` = 0 runs them in this process (no Ray)."""
-    from orchestrator.campaign.config import campaign_from_dict
-    from orchestrator.campaign.safety import run_safety
-
-    base = inp.campaign.to_dict()
-    spec = dict(base.get("safety") or {})
+    base = inp.campaign
+    spec = base.safety or SafetySpec()
     res = {}
     for role, uri in (("aut", inp.aut_uri), ("aut_improved", improved_uri)):
         folder = out / f"fuzz-{role}"
         if folder.exists():
-            import shutil
-
             shutil.rmtree(folder)
-        data = {**base, "name": f"{inp.campaign.name}-repair-fuzz-{role}", "aut": uri, "output": str(folder),
-                "workers": int(workers), "mlflow": False, "challenger": None, "optimality": None,
-                "safety": {**{k: v for k, v in spec.items() if k in ("sampling_fraction", "generation_size")},
-                           "fuzzer": fuzzer, "params": spec.get("params", {}) if spec.get("fuzzer") == fuzzer else {},
-                           "budget": {"episodes": int(budget)}}}
-        s = run_safety(campaign_from_dict(data, "repair fuzz campaign"), progress=progress)
+        # the same safety phase as the run's (fuzzer, seed, generation sizes), against another agent
+        campaign = dataclasses.replace(
+            base, name=f"{base.name}-repair-fuzz-{role}", aut=uri, output=str(folder), workers=int(workers),
+            mlflow=False, challenger=None, optimality=None,
+            safety=dataclasses.replace(spec, fuzzer=fuzzer, params=spec.params if spec.fuzzer == fuzzer else {},
+                                       budget=Budget(episodes=int(budget))))
+        s = run_safety(campaign, progress=progress, scenario=inp.scenario)
         res[role] = {"failures": s["failures"], "distinct_failures": s["distinct_failures"], "episodes": s["episodes"],
                      "wall_seconds": s["wall_seconds"], "run_dir": str(folder)}
     res.update(fuzzer=fuzzer, budget=int(budget), seed=inp.campaign.seed, workers=int(workers),
@@ -237,98 +239,41 @@ def repair_run(run_dir: str | Path, cfg=None, *, out: str | Path | None = None, 
                fuzz_fuzzer: str = "curefuzz", fuzz_workers: int = 0, eval_episodes: int = EVAL_EPISODES, force: bool = False,
                progress: bool = True) -> dict:
     """Repair the AUT of the run in ``run_dir``; writes ``repair/`` and returns ``repair.json``'s content."""
-    import d3rlpy
-
-    from orchestrator.analysis.evaluation import evaluate_policy
-    from orchestrator.runs.store import RunStore
-    from workers.policies import load_policy
-    from workers.repair import (
-        RepairConfig,
-        action_agreement,
-        cql_from_aut,
-        fine_tune,
-        steps_to_dataset,
-    )
-    from workers.training import TrainingError, quiet_d3rlpy
-
     cfg = (cfg or RepairConfig()).validate()
     if eval_episodes < 1:
         raise TrainingError(f"eval_episodes must be >= 1, got {eval_episodes}")
     if fuzz_budget is not None and fuzz_budget < 1:
         raise TrainingError(f"--fuzz-budget must be >= 1 episodes, got {fuzz_budget}")
     inp = RepairInputs(run_dir)
-    out = Path(out) if out else inp.run_dir / "repair"
+    out = Path(out) if out else inp.run.repair_dir
     if (out / "repair.json").is_file() and not force:
         raise TrainingError(f"{out} already holds a repair; add --force to replace it or choose another --out")
     if cfg.data == "union" and inp.d_run_dir is None:
         raise TrainingError(f"--data union needs the challenger's dataset D, but neither the challenger's card nor "
                             f"{inp.run_dir} names a run folder holding it; use --data superior")
     quiet_d3rlpy()
-    sc = inp.scenario
-    aut_policy = load_policy(inp.aut_uri, sc, device="cpu")
+    aut_policy = load_policy(inp.aut_uri, inp.scenario, device="cpu")
     rec = set(inp.bugs["aut_sha256"].dropna()) - {""}
     have = getattr(aut_policy, "sha256", "")
     if rec and have and have not in rec:
         raise StoreError(f"the AUT {inp.aut_uri} changed since the bugs of {inp.run_dir} were found (sha256 "
                          f"{have[:12]} not among {sorted(r[:12] for r in rec)}); repair needs the AUT they were found in")
     t0 = time.perf_counter()
-
-    # 1. D_superior (and D for the union ablation)
-    sup, source = superior_steps(inp)
-    discrete = sc.action.discrete
-    action_size = int(inp.store.meta.get("action_size") or (sc.action.n if discrete else int(np.prod(sc.action.shape))))
-    parts = [sup]
-    d_info = None
-    if cfg.data == "union":
-        d_store = RunStore.open(inp.d_run_dir)
-        d_steps = d_store.read_steps(phase=inp.d_phases, role="aut")
-        parts.append(d_steps)
-        d_info = {"run_dir": str(inp.d_run_dir), "phases": inp.d_phases, "steps": int(d_steps["rewards"].shape[0])}
-    dataset = steps_to_dataset(parts, discrete=discrete, action_size=action_size)
-
-    # 2. CQL from the AUT's weights
-    aut = d3rlpy.load_learnable(str(inp.aut_weights), device=cfg.device or "cpu:0")
-    algo = cql_from_aut(aut, cfg, probe_obs=sup["obs"][:: max(1, len(sup["obs"]) // 512)])
-    agree_before = action_agreement(algo, sup["obs"], sup["actions"], discrete)
-    training = fine_tune(algo, dataset, cfg, progress=progress)
-    agree_after = action_agreement(algo, sup["obs"], sup["actions"], discrete)
+    sup, source, d_info, dataset = _repair_dataset(inp, cfg)
+    algo, aut, training, agreement = _fine_tune_aut(inp, cfg, sup, dataset, progress)
     out.mkdir(parents=True, exist_ok=True)
     model = out / "aut_improved.d3"
     tmp = out / ".aut_improved.d3.tmp"
     algo.save(str(tmp))
     tmp.replace(model)
-    torchscript = _export_torchscript(algo, out / "policy.pt")
+    torchscript = _export_torchscript(algo, out / TORCHSCRIPT)
     improved_uri = str(model)
-
-    # 3. evaluation
-    ev = {"aut": evaluate_policy(sc, inp.aut_uri, eval_episodes, seed=EVAL_SEED, device="cpu"),
-          "aut_improved": evaluate_policy(sc, improved_uri, eval_episodes, seed=EVAL_SEED, device="cpu")}
-    pols = {"aut": aut_policy, "aut_improved": load_policy(improved_uri, sc, device="cpu"),
-            "challenger": load_policy(inp.challenger_uri, sc, device="cpu")}
-    oracle = inp.oracle()
-    on_bugs = evaluate_on_states(sc, pols, inp.bug_states, repeats=oracle.repeats)
-    still_aut, _ = oracle.judge(on_bugs["aut"]["_returns"], on_bugs["challenger"]["_returns"])
-    still_imp, _ = oracle.judge(on_bugs["aut_improved"]["_returns"], on_bugs["challenger"]["_returns"])
-    bug_eval = {"states": int(len(inp.bugs)), "repeats": oracle.repeats, "oracle": oracle.kind,
-                **{role: _public(v) for role, v in on_bugs.items()},
-                "bugs_reproduced_aut": int(still_aut.sum()), "bugs_remaining_aut_improved": int(still_imp.sum()),
-                "improved_beats_aut_states": int((on_bugs["aut_improved"]["_returns"].mean(1)
-                                                  > on_bugs["aut"]["_returns"].mean(1)).sum()),
-                "improved_worse_than_aut_states": int((on_bugs["aut_improved"]["_returns"].mean(1)
-                                                       < on_bugs["aut"]["_returns"].mean(1)).sum())}
-    failure_eval = None
-    if inp.d_run_dir is not None:
-        feps = RunStore.open(inp.d_run_dir).read_episodes(phase=inp.d_phases, role="aut", failure=True,
-                                                          columns=["initial_state"])
-        failure_eval = {"run_dir": str(inp.d_run_dir), "phases": inp.d_phases, "known_failures": int(len(feps))}
-        if len(feps):
-            fstates = np.unique(np.stack(feps["initial_state"].to_numpy()).astype(np.float64), axis=0)
-            on_f = evaluate_on_states(sc, {k: pols[k] for k in ("aut", "aut_improved")}, fstates,
-                                      repeats=oracle.repeats)
-            failure_eval.update(states=int(len(fstates)), **{role: _public(v) for role, v in on_f.items()},
-                                failure_reduction=_reduction(on_f["aut"]["failures"], on_f["aut_improved"]["failures"]))
+    pols = {"aut": aut_policy, "aut_improved": load_policy(improved_uri, inp.scenario, device="cpu"),
+            "challenger": load_policy(inp.challenger_uri, inp.scenario, device="cpu")}
+    ev = {"aut": evaluate_policy(inp.scenario, inp.aut_uri, eval_episodes, seed=EVAL_SEED, device="cpu"),
+          "aut_improved": evaluate_policy(inp.scenario, improved_uri, eval_episodes, seed=EVAL_SEED, device="cpu")}
     fuzz = fuzz_compare(inp, improved_uri, fuzz_budget, out, fuzz_fuzzer, fuzz_workers, progress) if fuzz_budget else None
-
+    sc = inp.scenario
     report = {
         "run_dir": str(inp.run_dir), "scenario": sc.name, "aut": inp.aut_uri, "aut_weights": str(inp.aut_weights),
         "challenger": inp.challenger_uri, "aut_improved": improved_uri,
@@ -339,10 +284,10 @@ def repair_run(run_dir: str | Path, cfg=None, *, out: str | Path | None = None, 
                  "superior_steps": int(sup["rewards"].shape[0]), "d": d_info,
                  "transitions": training["transitions"]},
         "training": training,
-        "agreement_with_challenger_on_superior": {"before": agree_before, "after": agree_after},
+        "agreement_with_challenger_on_superior": agreement,
         "evaluation": {**ev, "episodes": eval_episodes, "seed": EVAL_SEED},
-        "bug_states": bug_eval, "failure_states": failure_eval, "fuzz": fuzz,
-        "torchscript": torchscript, "wall_seconds": time.perf_counter() - t0,
+        "bug_states": _bug_state_evaluation(inp, pols), "failure_states": _failure_state_evaluation(inp, pols),
+        "fuzz": fuzz, "torchscript": torchscript, "wall_seconds": time.perf_counter() - t0,
         "evaluate_with": f"deltarl evaluate --policy {improved_uri} --scenario {sc.name}",
     }
     atomic_write_bytes(out / "repair.json", json.dumps(report, indent=2, default=float).encode())
@@ -350,8 +295,62 @@ def repair_run(run_dir: str | Path, cfg=None, *, out: str | Path | None = None, 
     return report
 
 
+def _repair_dataset(inp: RepairInputs, cfg):
+    """1. D_superior (and D for the union ablation) as one d3rlpy dataset."""
+    sc = inp.scenario
+    sup, source = superior_steps(inp)
+    discrete = sc.action.discrete
+    action_size = int(inp.store.meta.get("action_size") or (sc.action.n if discrete else int(np.prod(sc.action.shape))))
+    parts = [sup]
+    d_info = None
+    if cfg.data == "union":
+        d_steps = RunStore.open(inp.d_run_dir).read_steps(phase=inp.d_phases, role="aut")
+        parts.append(d_steps)
+        d_info = {"run_dir": str(inp.d_run_dir), "phases": inp.d_phases, "steps": int(d_steps["rewards"].shape[0])}
+    return sup, source, d_info, steps_to_dataset(parts, discrete=discrete, action_size=action_size)
+
+
+def _fine_tune_aut(inp: RepairInputs, cfg, sup: dict, dataset, progress: bool):
+    """2. CQL from the AUT's weights; how often it agrees with the challenger before and after."""
+    discrete = inp.scenario.action.discrete
+    aut = d3rlpy.load_learnable(str(inp.aut_weights), device=cfg.device or "cpu:0")
+    algo = cql_from_aut(aut, cfg, probe_obs=sup["obs"][:: max(1, len(sup["obs"]) // 512)])
+    before = action_agreement(algo, sup["obs"], sup["actions"], discrete)
+    training = fine_tune(algo, dataset, cfg, progress=progress)
+    after = action_agreement(algo, sup["obs"], sup["actions"], discrete)
+    return algo, aut, training, {"before": before, "after": after}
+
+
+def _bug_state_evaluation(inp: RepairInputs, pols: dict) -> dict:
+    """3a. Returns and remaining bugs on the bug states (the run's oracle against the challenger)."""
+    oracle = inp.oracle()
+    on_bugs = evaluate_on_states(inp.scenario, pols, inp.bug_states, repeats=oracle.repeats)
+    still_aut, _ = oracle.judge(on_bugs["aut"]["_returns"], on_bugs["challenger"]["_returns"])
+    still_imp, _ = oracle.judge(on_bugs["aut_improved"]["_returns"], on_bugs["challenger"]["_returns"])
+    imp, aut = on_bugs["aut_improved"]["_returns"].mean(1), on_bugs["aut"]["_returns"].mean(1)
+    return {"states": int(len(inp.bugs)), "repeats": oracle.repeats, "oracle": oracle.kind,
+            **{role: _public(v) for role, v in on_bugs.items()},
+            "bugs_reproduced_aut": int(still_aut.sum()), "bugs_remaining_aut_improved": int(still_imp.sum()),
+            "improved_beats_aut_states": int((imp > aut).sum()), "improved_worse_than_aut_states": int((imp < aut).sum())}
+
+
+def _failure_state_evaluation(inp: RepairInputs, pols: dict) -> dict | None:
+    """3b. Failures of AUT and AUT-Improved on the known failure states of D's safety phases."""
+    if inp.d_run_dir is None:
+        return None
+    feps = RunStore.open(inp.d_run_dir).read_episodes(phase=inp.d_phases, role="aut", failure=True,
+                                                      columns=["initial_state"])
+    out = {"run_dir": str(inp.d_run_dir), "phases": inp.d_phases, "known_failures": int(len(feps))}
+    if len(feps):
+        fstates = np.unique(np.stack(feps["initial_state"].to_numpy()).astype(np.float64), axis=0)
+        on_f = evaluate_on_states(inp.scenario, {k: pols[k] for k in ("aut", "aut_improved")}, fstates,
+                                  repeats=inp.oracle().repeats)
+        out.update(states=int(len(fstates)), **{role: _public(v) for role, v in on_f.items()},
+                   failure_reduction=_reduction(on_f["aut"]["failures"], on_f["aut_improved"]["failures"]))
+    return out
+
+
 def _export_torchscript(algo, path: Path) -> str:
-    import warnings
 
     try:
         with warnings.catch_warnings():

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from orchestrator.campaign.config import campaign_of_run
 from orchestrator.cli.common import UsageError
 from orchestrator.runs.layout import RunFolder
 
@@ -21,7 +22,7 @@ def cmd_run(args) -> int:
         run = RunFolder(args.resume)
         if not run.has_campaign():
             raise UsageError(f"--resume {run.root}: not a campaign run folder (no campaign.json)")
-        campaign = run.campaign()
+        campaign = campaign_of_run(run.root)
     elif args.campaign_env:  # a Ray Job: the resolved campaign comes in the job's environment
         if not os.environ.get(args.campaign_env):
             raise UsageError(f"--campaign-env {args.campaign_env}: the variable is not set")

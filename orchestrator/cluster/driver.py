@@ -13,6 +13,7 @@ from typing import Iterator
 
 import numpy as np
 
+from orchestrator.fuzzers.corpus import Corpus
 from workers.rollout import RolloutResult, RolloutWorker
 
 
@@ -54,6 +55,14 @@ def rollout_actor_class(num_gpus: float = 0.0, num_cpus: float = 1.0, max_restar
 
     return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=max_restarts,
                       max_task_retries=max_task_retries)(RolloutWorker)
+
+
+
+def corpus_actor_class():
+    """``orchestrator.fuzzers.corpus.Corpus`` as a Ray actor (no CPU reserved: it only holds state)."""
+    import ray
+
+    return ray.remote(num_cpus=0)(Corpus)
 
 
 

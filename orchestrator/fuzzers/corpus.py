@@ -1,6 +1,6 @@
 """The seed corpus: initial states with their scores and energies, and energy-proportional selection.
 
-Plain class (a fuzzer owns one); ``corpus_actor_class()`` wraps it as a Ray actor for campaigns
+Plain class (a fuzzer owns one); ``orchestrator.cluster.driver.corpus_actor_class()`` wraps it as a Ray actor for campaigns
 that share a corpus between drivers or want it to outlive one (snapshots via ``state_dict``).
 """
 
@@ -90,8 +90,3 @@ class Corpus:
         self._next_id = int(d["next_id"])
 
 
-def corpus_actor_class():
-    """``Corpus`` as a Ray actor (no CPU reserved: it only holds state)."""
-    import ray
-
-    return ray.remote(num_cpus=0)(Corpus)
