@@ -6,8 +6,10 @@ For each scenario, with the same 256x256 MLP policy (TorchScript, seeded random 
 
   (a) serial   one gymnasium env: reset, set the initial state, one batch-1 policy call per step
                (what MDPFuzz, CureFuzz and GMT do)
-  (b) batched  deltarl's lockstep engine in this process (one batched policy call per step)
-  (c) ray x2   the same engine on a local Ray cluster with 2 RolloutWorker actors
+  (b) batched  deltarl's lockstep engine in this process (one batched policy call per step), run
+               by the executor (orchestrator.cluster.executor.Executor, workers=0)
+  (c) ray x2   the same executor on a local Ray cluster with 2 rollout actors (workers=2), chunked by
+               its own rule (chunk_size)
 
 Every mode runs one thread of torch per process (torch.set_num_threads(1)), so (a) and (b)
 use one core and (c) two: the ratios are per-core speed-up (b/a) and scaling (c/b). Ray start-up
@@ -27,8 +29,13 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from envs import get_scenario
+from orchestrator.cluster.executor import Executor
+from workers.policies import export_mlp_torchscript, load_policy
 
 
 def serial_loop(scenario, policy, states):
@@ -46,43 +53,33 @@ def serial_loop(scenario, policy, states):
     return time.perf_counter() - t0, steps
 
 
-def batched(scenario, policy, states, batch_size):
-    from workers.rollout import rollout
-
-    t0 = time.perf_counter()
-    res = rollout(scenario, policy, states, batch_size=batch_size)
-    return time.perf_counter() - t0, res.n_steps
+def batched(scenario, uri, policy, states, batch_size):
+    """(b): the executor in this process (``workers=0``), reusing the loaded policy."""
+    with Executor(scenario, {"aut": uri}, workers=0, batch_size=batch_size, policies={"aut": policy}) as ex:
+        t0 = time.perf_counter()
+        res = ex.run(states, seed=0)
+        return time.perf_counter() - t0, res.n_steps
 
 
 def on_ray(scenario, uri, states, batch_size, workers=2):
-    from orchestrator.cluster.driver import RolloutPool, start_ray
-
-    start_ray(num_cpus=workers)
-    pool = RolloutPool(scenario.name, {"aut": uri}, workers=workers, batch_size=batch_size, in_flight=2)
-    try:
-        # warm-up call per actor (first-call costs: torch JIT, MuJoCo model compile)
-        list(pool.map(states[: 2 * workers], chunk=1))
-        chunk = max(1, len(states) // (workers * 8))  # several tasks per actor, each well above Ray's ~1.5 ms overhead
+    """(c): the executor on ``workers`` Ray rollout actors, with its own chunking
+    (``orchestrator.cluster.executor.chunk_size``); start-up and a warm-up call per actor excluded."""
+    with Executor(scenario, {"aut": uri}, workers=workers, batch_size=batch_size) as ex:
+        # warm-up: one state per task, two per actor (first-call costs: torch JIT, MuJoCo model compile)
+        ex.run(states[: 2 * workers], seed=0)
         t0 = time.perf_counter()
-        steps = sum(r.n_steps for _, r in pool.map(states, chunk=chunk))
+        steps = sum(r.n_steps for _, r in ex.stream(states, seed=0))
         return time.perf_counter() - t0, steps
-    finally:
-        pool.shutdown()
 
 
-def main() -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scenarios", nargs="+", default=["CartPole-v1", "Hopper-v5"])
     ap.add_argument("--quick", action="store_true", help="small episode counts (a smoke run)")
     ap.add_argument("--batch-size", type=int, default=256)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-
-    import torch
-
     torch.set_num_threads(1)
-    from envs import get_scenario
-    from workers.policies import export_mlp_torchscript, load_policy
 
     counts = {  # (serial episodes, engine episodes)
         "CartPole-v1": (300, 65536),
@@ -111,7 +108,7 @@ def main() -> None:
         policy.act(np.zeros((4, sc.obs_dim), np.float32))  # warm-up
 
         wa, sa = serial_loop(sc, policy, states_serial)
-        wb, sb = batched(sc, policy, states, args.batch_size)
+        wb, sb = batched(sc, uri, policy, states, args.batch_size)
         wc, scount = on_ray(sc, uri, states, args.batch_size)
         ea, eb, ec = n_serial / wa, n_engine / wb, n_engine / wc
         rows.append((name, "(a) serial gymnasium loop", n_serial, ea, sa / wa, 1.0))
@@ -127,7 +124,8 @@ def main() -> None:
     for name in args.scenarios:
         r = [x for x in rows if x[0] == name]
         print(f"- {name}: (b)/(a) = {r[1][3] / r[0][3]:.1f}x, (c)/(b) = {r[2][3] / r[1][3]:.2f}x")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,72 +1,74 @@
 """Safety testing comparison: failures and distinct failures of the four fuzzers, equal budgets.
 
-    python benchmarks/safety_comparison.py [--scenario CartPole-v1] [--aut zoo:CartPole-v1]
-        [--episodes 1000] [--seeds 0 1 2] [--workers 0] [--out runs/safety-comparison]
+    python benchmarks/safety_comparison.py [--profile local|results|smoke] [--scenario CartPole-v1]
+        [--aut zoo:CartPole-v1] [--episodes 1000] [--seeds 0 1 2] [--workers 0] [--out runs/safety-comparison]
 
-Runs one safety campaign per (fuzzer, seed) with the same episode budget, sampling fraction and
-generation size, and prints a Markdown table: mean ± 95% CI margin over seeds of the number of
-failures and of distinct failures (grid cells), and the wall time. Each campaign's run folder
-(Parquet, timeline, summary) stays under --out.
+The sweep (one safety campaign per fuzzer x seed, the same episode budget, sampling fraction
+and generation size) is the grid ``experiments/benchmarks/safety_comparison.yaml``; this script
+runs it through the grid machinery (every campaign a Ray task, finished ones skipped) with the
+options above as overrides of the profile, and prints a Markdown table: mean ± 95% CI margin over
+seeds of the number of failures and of distinct failures (grid cells), and the wall time. Each
+campaign's run folder (Parquet, timeline, summary) stays under --out.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import grid_runs
 
-def main() -> None:
+GRID = "safety_comparison"
+FUZZERS = ["random", "mdpfuzz", "curefuzz", "gmt"]
+
+
+def method(campaign) -> str:
+    """The table row a campaign of the grid belongs to."""
+    return campaign.safety.fuzzer
+
+
+def parse(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scenario", default="CartPole-v1")
-    ap.add_argument("--aut", default="zoo:CartPole-v1")
-    ap.add_argument("--fuzzers", nargs="+", default=["random", "mdpfuzz", "curefuzz", "gmt"])
-    ap.add_argument("--episodes", type=int, default=1000)
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    ap.add_argument("--workers", type=int, default=0)
-    ap.add_argument("--generation-size", type=int, default=64)
-    ap.add_argument("--out", default="runs/safety-comparison")
-    args = ap.parse_args()
+    ap.add_argument("--profile", default="local", help="the grid file's profile (local, results, smoke)")
+    ap.add_argument("--scenario", default=None)
+    ap.add_argument("--aut", default=None)
+    ap.add_argument("--fuzzers", nargs="+", default=None, help=f"default: {' '.join(FUZZERS)}")
+    ap.add_argument("--episodes", type=int, default=None, help="episodes per campaign (default: the profile's)")
+    ap.add_argument("--seeds", nargs="+", type=int, default=None, help="default: the profile's")
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--generation-size", type=int, default=None)
+    ap.add_argument("--out", default=None, help="grid output root (default: the grid file's)")
+    return ap.parse_args(argv)
 
-    from orchestrator.analysis.stats import mean_ci
-    from orchestrator.campaign.config import (
-        Budget,
-        Campaign,
-        SafetySpec,
-        validate_campaign,
-    )
-    from orchestrator.campaign.safety import run_safety
 
+def main(argv=None) -> int:
+    args = parse(argv)
+    grid = grid_runs.load(GRID, args.profile, out=args.out, settings={
+        "scenario": args.scenario, "aut": args.aut, "workers": args.workers,
+        "safety.budget": {"episodes": args.episodes} if args.episodes else None,
+        "safety.generation_size": args.generation_size,
+    }, axes={"safety.fuzzer": args.fuzzers, "seed": args.seeds})
     rows = {}
-    for fz in args.fuzzers:
-        for seed in args.seeds:
-            out = Path(args.out) / f"{args.scenario}-{fz}-s{seed}"
-            if (out / "summary.json").is_file():
-                s = json.loads((out / "summary.json").read_text())
-            else:
-                c = Campaign(scenario=args.scenario, aut=args.aut, output=str(out), name=f"{fz}-s{seed}", seed=seed,
-                             workers=args.workers, mlflow=False,
-                             safety=SafetySpec(fuzzer=fz, budget=Budget(episodes=args.episodes),
-                                               generation_size=args.generation_size))
-                validate_campaign(c)
-                s = run_safety(c, progress=False)
-            rows.setdefault(fz, []).append(s)
-            print(f"{fz} seed {seed}: {s['failures']} failures, {s['distinct_failures']} distinct, "
-                  f"{s['wall_seconds']:.0f} s", file=sys.stderr, flush=True)
+    for name, runs in grid_runs.group(grid_runs.run(grid), method).items():
+        rows[name] = [r.summary("safety") for _, r in runs]
+        for (c, _), s in zip(runs, rows[name]):
+            print(f"{name} seed {c.seed}: {s['failures']} failures, {s['distinct_failures']} distinct, "
+                  f"{s['wall_seconds']:.0f} s", file=sys.stderr)
 
-    print(f"{args.scenario}, AUT {args.aut}, {args.episodes} episodes per campaign "
-          f"(a quarter sampling), generations of {args.generation_size}, seeds {args.seeds}\n")
+    base, cell = grid["base"], grid_runs.cell
+    print(f"{base['scenario']}, AUT {base['aut']}, {base['safety']['budget']['episodes']} episodes per campaign "
+          f"({base['safety']['sampling_fraction']:.0%} sampling), generations of {base['safety']['generation_size']}, "
+          f"seeds {grid['axes']['seed']}\n")
     print("| fuzzer | failures | distinct failures | wall time (s) |")
     print("|---|---:|---:|---:|")
-    for fz, ss in rows.items():
-        f, fm = mean_ci([s["failures"] for s in ss])
-        d, dm = mean_ci([s["distinct_failures"] for s in ss])
-        w, _ = mean_ci([s["wall_seconds"] for s in ss])
-        print(f"| {fz} | {f:.1f} ± {fm:.1f} | {d:.1f} ± {dm:.1f} | {w:.0f} |")
+    for name, ss in rows.items():
+        print(f"| {name} | {cell([s['failures'] for s in ss])} | {cell([s['distinct_failures'] for s in ss])} | "
+              f"{cell([s['wall_seconds'] for s in ss], 0, margin=False)} |")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

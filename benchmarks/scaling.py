@@ -16,6 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from orchestrator.campaign.config import campaign_from_dict
+from orchestrator.campaign.safety import run_safety
+from orchestrator.cluster.driver import start_ray
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -26,11 +30,6 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", default="0,1,2")
     ap.add_argument("--generation-size", type=int, default=64)
     args = ap.parse_args(argv)
-
-    from orchestrator.campaign.config import campaign_from_dict
-    from orchestrator.campaign.safety import run_safety
-    from orchestrator.cluster.driver import start_ray
-
     start_ray()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -99,7 +99,7 @@ def test_no_import_cycle():
 
 def test_only_the_layout_spells_run_folder_file_names():
     names = re.compile(r'"(campaign\.json|summary\.json|optimality_summary\.json|results\.json|bugs\.parquet|'
-                       r'failures\.parquet|flaky\.parquet|timeline\.parquet|optimality_timeline\.parquet)"')
+                       r'failures\.parquet|flaky_failures\.parquet|flaky_bugs\.parquet|timeline\.parquet|optimality_timeline\.parquet)"')
     bad = []
     for path in _modules().values():
         rel = path.relative_to(REPO).as_posix()

@@ -188,7 +188,7 @@ def test_optimality_phase_records_bugs_that_replay(tmp_path):
     flagged = eps[eps["bug"]]
     assert set(bugs["aut_episode_id"]) | set(bugs["ca_episode_id"]) <= set(flagged["episode_id"])
     row = eps.set_index("episode_id").loc[bugs["ca_episode_id"].iloc[0]]
-    assert row["return"] == bugs["ca_return"].iloc[0]
+    assert row["return"] == bugs["batched_ca_return"].iloc[0]  # the store keeps the batched search's episode
     timeline = pd.read_parquet(out / "optimality_timeline.parquet")
     assert timeline["cases"].iloc[-1] == 96 and timeline["bugs"].iloc[-1] == len(bugs)
     # replay re-runs a bug with its seeds (CLI exit 0 when reproduced)

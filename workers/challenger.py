@@ -64,6 +64,9 @@ class ChallengerConfig:
     eval_episodes: int = 10  # per-epoch engine evaluation, for watching only (0 = none)
     preset: str = ""  # the preset file these settings came from
     device: str | None = None  # None: cuda when available
+    # torch threads while training: fixed, so that training in-process and in a Ray Train worker
+    # sum floats in the same order (the same seed then gives the same weights on one machine)
+    torch_threads: int = 2
 
     def config_class(self, discrete: bool):
         import d3rlpy
@@ -148,10 +151,7 @@ def train_challenger(
     progress: bool = False,
 ) -> dict:
     """Train a challenger on ``dataset`` (a d3rlpy ``MDPDataset``); returns the final state."""
-    import d3rlpy
     import torch
-    from d3rlpy.algos.utility import build_scalers_with_transition_picker
-    from tqdm import tqdm
 
     scenario = cfg.validate()
     _check_dataset(dataset, scenario)
@@ -159,8 +159,24 @@ def train_challenger(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     device = cfg.device or ("cuda:0" if torch.cuda.is_available() else "cpu:0")
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(int(cfg.torch_threads))
+    try:
+        return _train(cfg, dataset, out, scenario, device, resume=resume, report=report, progress=progress)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _train(cfg: ChallengerConfig, dataset, out: Path, scenario, device: str, *, resume: bool, report, progress: bool):
+    import d3rlpy
+    from d3rlpy.algos.utility import build_scalers_with_transition_picker
+    from tqdm import tqdm
+
     state, algo, _ = load_checkpoint(out, cfg, resume, device, f"{cfg.algo} challenger")
     if state is None:
+        # the networks' initial weights come from torch's global generator: seed it before they
+        # are built, or two trainings of one seed start from different weights
+        d3rlpy.seed(cfg.seed * 1_000)
         state = {"config": asdict(cfg), "step": 0, "epoch": 0, "grad_steps": 0, "wall_seconds": 0.0,
                  "transitions": int(dataset.transition_count), "episodes": len(dataset.episodes), "history": []}
         algo = d3rlpy_config(cfg.config_class(scenario.action.discrete), cfg.hyperparameters,

@@ -140,8 +140,17 @@ def episode_seeds(seed: int, state_index: np.ndarray, repeat: np.ndarray) -> np.
     return (z >> np.uint64(1)).astype(np.int64)  # non-negative int64
 
 
-def _run_batch(scenario: Scenario, policy, states, seeds, max_steps):
-    """One lockstep batch: every live episode advances together; one policy call per step."""
+def _act(policy, obs: np.ndarray, alone: bool) -> np.ndarray:
+    """One batched policy call, or (``alone``) one call per observation: the agent as deployed,
+    whose actions cannot depend on what else is in the batch."""
+    if not alone or obs.shape[0] <= 1:
+        return np.asarray(policy.act(obs))
+    return np.concatenate([np.asarray(policy.act(obs[j:j + 1])) for j in range(obs.shape[0])])
+
+
+def _run_batch(scenario: Scenario, policy, states, seeds, max_steps, alone: bool = False):
+    """One lockstep batch: every live episode advances together; one policy call per step (one
+    per live episode when ``alone``: the simulator stays batched, inference sees one row)."""
     n = states.shape[0]
     sim = scenario.simulator(n)
     sim.max_steps = max_steps
@@ -164,7 +173,7 @@ def _run_batch(scenario: Scenario, policy, states, seeds, max_steps):
             break
         live_obs = obs[live]
         obs_buf[t, live] = live_obs
-        a = np.asarray(policy.act(live_obs))
+        a = _act(policy, live_obs, alone)
         if a.shape[0] != live.size:
             raise ValueError(f"policy returned {a.shape[0]} actions for {live.size} observations")
         actions[live] = a.reshape(actions[live].shape)
@@ -215,12 +224,18 @@ def rollout(
     seed: int = 0,
     batch_size: int = 256,
     state_offset: int = 0,
+    state_index: np.ndarray | None = None,
+    alone: bool = False,
 ) -> RolloutResult:
     """Run every policy from every initial state (``repeats`` times each), in lockstep batches.
 
     ``policies`` is one policy (role ``"aut"``) or a dict role → policy; each policy has
     ``act(obs_batch) -> action_batch``. Returns a :class:`RolloutResult`. ``state_offset``
-    shifts the state indices (a chunk of a longer list keeps its global indices and seeds).
+    shifts the state indices (a chunk of a longer list keeps its global indices and seeds);
+    ``state_index`` gives each state's global index instead (a few states picked out of a
+    generation, e.g. to confirm them). ``alone``: every policy call sees one observation, as a
+    deployed agent does; the results equal ``batch_size=1`` (the simulators are exact per
+    episode) at a fraction of the cost.
     """
     if not isinstance(policies, dict):
         policies = {"aut": policies}
@@ -232,18 +247,21 @@ def rollout(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     m = states.shape[0]
-    idx = np.tile(np.arange(m, dtype=np.int64), repeats) + int(state_offset)
+    base = (np.arange(m, dtype=np.int64) + int(state_offset) if state_index is None
+            else np.asarray(state_index, dtype=np.int64).reshape(m))
+    local = np.tile(np.arange(m, dtype=np.int64), repeats)
+    idx = base[local]
     rep = np.repeat(np.arange(repeats, dtype=np.int64), m)
     seeds = episode_seeds(seed, idx, rep)
     parts = []
     for role, policy in policies.items():
         for lo in range(0, idx.size, batch_size):
             sl = slice(lo, lo + batch_size)
-            b = _run_batch(scenario, policy, states[idx[sl] - state_offset], seeds[sl], max_steps)
+            b = _run_batch(scenario, policy, states[local[sl]], seeds[sl], max_steps, alone)
             k = b["returns"].shape[0]
             parts.append(
                 RolloutResult(
-                    initial_states=states[idx[sl] - state_offset],
+                    initial_states=states[local[sl]],
                     state_index=idx[sl],
                     repeat=rep[sl],
                     role=np.full(k, role, dtype=object),

@@ -40,6 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+
+from orchestrator.runs.layout import RunFolder
+from orchestrator.runs.store import RunStore
 
 TAUS = (0.10, 0.20, 0.30)
 LINKAGE = "average"
@@ -144,21 +148,17 @@ def bug_trajectories(run_dir: str | Path, *, max_sequences: int | None = 500, se
     Returns (sequences, bug ids, number of bugs). Bugs are read from ``bugs.parquet``; when there
     are more than ``max_sequences``, a seeded random sample of them (sorted by bug id).
     """
-    import pandas as pd
-
-    from orchestrator.runs.store import RunStore
-
-    run_dir = Path(run_dir)
-    if not (run_dir / "bugs.parquet").is_file():
+    folder = RunFolder(run_dir)
+    if not folder.bugs_parquet.is_file():
         return [], [], 0
-    bugs = pd.read_parquet(run_dir / "bugs.parquet", columns=["bug_id", "aut_episode_id"])
+    bugs = pd.read_parquet(folder.bugs_parquet, columns=["bug_id", "aut_episode_id"])
     total = len(bugs)
     if max_sequences is not None and total > max_sequences:
         keep = np.sort(np.random.default_rng(seed).choice(total, size=max_sequences, replace=False))
         bugs = bugs.iloc[keep]
     if bugs.empty:
         return [], [], total
-    steps = RunStore.open(run_dir).read_steps(role="aut", episode_ids=bugs["aut_episode_id"].to_numpy())
+    steps = RunStore.open(folder.root).read_steps(role="aut", episode_ids=bugs["aut_episode_id"].to_numpy())
     eid = steps["episode_id"]
     obs = steps["obs"].reshape(len(eid), -1)
     bounds = np.flatnonzero(np.diff(eid)) + 1

@@ -18,6 +18,7 @@ import numpy as np
 
 from envs.base import count_distinct_rows, grid_index
 from orchestrator.runs.layout import SAFETY_PHASES
+from orchestrator.runs.store import RunStore
 
 
 def state_diversity(trajectories: list[np.ndarray], intervals: int = 10) -> dict:
@@ -36,8 +37,6 @@ def state_diversity(trajectories: list[np.ndarray], intervals: int = 10) -> dict
 
 def failure_trajectories(run_dir: str | Path, phases=SAFETY_PHASES, role: str = "aut") -> list[np.ndarray]:
     """The AUT's observation sequences of the failing episodes of ``phases`` (final obs included)."""
-    from orchestrator.runs.store import RunStore
-
     store = RunStore.open(run_dir)
     eps = store.read_episodes(phase=list(phases), role=role, failure=True, columns=["episode_id", "final_obs"])
     if len(eps) == 0:

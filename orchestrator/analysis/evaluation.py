@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from orchestrator.analysis.stats import mean_ci, wilson_interval
+from workers.rollout import rollout
+
 
 def evaluate_policy(scenario, uri: str, episodes: int, seed: int, device: str | None = None) -> dict:
     """Table 1's columns for a policy: mean return ± 95% CI margin, success rate with its
     Wilson interval (success = the safety oracle does not fire), over ``episodes`` starts
     sampled from the reset distribution with ``seed`` (the batched engine, in this process)."""
-    from orchestrator.analysis.stats import mean_ci, wilson_interval
-    from workers.policies import load_policy
-    from workers.rollout import rollout
+    from workers.policies import load_policy  # torch
 
     policy = load_policy(uri, scenario, device=device)
     states = scenario.sample(np.random.default_rng(seed), episodes)

@@ -4,7 +4,7 @@ the way d3rlpy's algorithms share one fitter and supply their loss:
 
     class MyPhase(Phase):
         name = "safety"                      # the store phase family, snapshot prefix, MLflow experiment
-        def judge(self, states, result): ... # -> the fuzzer's Feedback (and the phase's verdicts)
+        def judge(self, states, result, gen_seed): ...  # -> the fuzzer's Feedback (and the phase's verdicts)
         def record(self, st, states, result, gen_seed): ...  # store writes, counters -> metrics row
         def summarize(self, st): ...         # summary files -> the summary dict
 
@@ -77,7 +77,7 @@ class Phase(abc.ABC):
         self.policy_hashes: dict = {}
 
     @abc.abstractmethod
-    def judge(self, states, result):
+    def judge(self, states, result, gen_seed: int):
         """The fuzzer's :class:`~orchestrator.fuzzers.base.Feedback` for this generation."""
 
     @abc.abstractmethod
@@ -239,7 +239,7 @@ def _one_generation(phase: Phase, st: LoopState, n: int, executor: Executor, t_s
     t_roll = time.perf_counter()
     result = executor.run(states, seed=gen_seed, repeats=phase.repeats)
     st.rollout_seconds += time.perf_counter() - t_roll
-    phase.fuzzer.observe(proposal, phase.judge(states, result))
+    phase.fuzzer.observe(proposal, phase.judge(states, result, gen_seed))
     st.elapsed = time.perf_counter() - t_start
     metrics = phase.record(st, states, result, gen_seed)
     st.done += n

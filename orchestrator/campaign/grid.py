@@ -37,6 +37,18 @@ import json
 import os
 from pathlib import Path
 
+import pandas as pd
+import pyarrow as pa
+from tqdm import tqdm
+
+from orchestrator.analysis.markdown import markdown_table  # also imported from here by the CLI
+from orchestrator.campaign.config import CampaignError, campaign_from_dict
+from orchestrator.cluster.tasks import run_tasks
+from orchestrator.runs import tracking
+from orchestrator.runs.layout import RunFolder
+from orchestrator.runs.store import atomic_write_bytes, atomic_write_table
+from workers.yamlfile import load_yaml
+
 
 class GridError(ValueError):
     """A grid file that cannot be expanded into valid campaigns."""
@@ -54,15 +66,8 @@ def _set(d: dict, dotted: str, value) -> None:
 
 
 def load_grid(path: str | os.PathLike, profile: str | None = None) -> dict:
-    import yaml
-
     p = Path(path)
-    if not p.is_file():
-        raise GridError(f"grid file {p} not found")
-    try:
-        g = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise GridError(f"grid file {p} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    g = load_yaml(p, "grid file", GridError, fix="examples are in experiments/grids/ and experiments/delta/")
     allowed = ("name", "output", "base", "axes", "resources", "profiles")
     unknown = set(g) - set(allowed)
     if unknown:
@@ -72,10 +77,7 @@ def load_grid(path: str | os.PathLike, profile: str | None = None) -> dict:
         if key not in g:
             raise GridError(f"grid file {p}: missing {key}")
     if isinstance(g["base"], str):
-        base = Path(g["base"])
-        if not base.is_file():
-            raise GridError(f"grid base campaign {base} not found")
-        g["base"] = yaml.safe_load(base.read_text())
+        g["base"] = load_yaml(Path(g["base"]), "grid base campaign", GridError)
     if profiles:
         if not isinstance(profiles, dict) or not all(isinstance(v, dict) for v in profiles.values()):
             raise GridError(f"grid file {p}: profiles must map names to mappings of settings")
@@ -106,8 +108,6 @@ def load_grid(path: str | os.PathLike, profile: str | None = None) -> dict:
 
 def expand(grid: dict) -> list[tuple[dict, object]]:
     """(axis values, Campaign) for every point of the grid, validated."""
-    from orchestrator.campaign.config import CampaignError, campaign_from_dict
-
     names = list(grid["axes"])
     out = []
     for i, values in enumerate(itertools.product(*grid["axes"].values())):
@@ -136,8 +136,7 @@ def _run_one(campaign_dict: dict, tracking_uri: str, experiment: str) -> dict:
     afterwards: Ray reuses worker processes)."""
     import torch
 
-    from orchestrator.campaign.config import campaign_from_dict
-    from orchestrator.campaign.pipeline import run_campaign
+    from orchestrator.campaign.pipeline import run_campaign  # torch, d3rlpy
 
     saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "DELTARL_MLFLOW_EXPERIMENT",
                                              "DELTARL_CHALLENGER_CACHE")}
@@ -147,7 +146,7 @@ def _run_one(campaign_dict: dict, tracking_uri: str, experiment: str) -> dict:
     torch.set_num_threads(1)
     try:
         c = campaign_from_dict(campaign_dict)
-        resume = (Path(c.output) / "campaign.json").is_file()
+        resume = RunFolder(c.output).has_campaign()
         return run_campaign(c, resume=resume, progress=False)
     finally:
         for k, v in saved.items():
@@ -171,59 +170,48 @@ def row(point: dict, campaign, results: dict | None, error: str | None = None) -
     return r
 
 
-def run_grid(grid: dict, *, progress: bool = True) -> "pd.DataFrame":  # noqa: F821
-    import pandas as pd
-    import pyarrow as pa
-    import ray
-    from tqdm import tqdm
+def _finished(point_campaign, folder: RunFolder) -> dict | None:
+    """The results of a campaign an earlier run of the grid finished in ``folder``; None when it
+    has not finished. A folder that holds a *different* campaign (the grid file changed) is an
+    error: its results would be reported for the wrong point."""
+    if not folder.results_json.is_file():
+        return None
+    have = {k: v for k, v in folder.campaign_dict().items() if k not in ("output", "name")}
+    want = {k: v for k, v in json.loads(json.dumps(point_campaign.to_dict(), default=str)).items()
+            if k not in ("output", "name")}
+    if have != want:
+        raise GridError(f"{folder.root} holds a finished campaign that differs from this grid's point "
+                        f"({', '.join(sorted(k for k in want if want[k] != have.get(k)))} changed); give the grid "
+                        f"another output folder (--out) or remove that one")
+    return folder.results()
 
-    from orchestrator.cluster.driver import start_ray
-    from orchestrator.runs.store import atomic_write_bytes, atomic_write_table
 
+def run_grid(grid: dict, *, progress: bool = True) -> pd.DataFrame:
     points = expand(grid)
     out = Path(grid["output"])
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / "grid.json", json.dumps(grid, indent=2, default=str).encode())
     tracking_uri = f"sqlite:///{out.resolve() / 'mlflow.db'}"
-    from orchestrator.runs import tracking
-
     tracking.ensure_experiment(out, grid["name"], tracking_uri)  # created once, before the tasks race
-    start_ray()
-    res = grid.get("resources") or {}
-    task = ray.remote(num_cpus=res.get("num_cpus", 1), num_gpus=res.get("num_gpus", 0), max_retries=0)(_run_one)
     rows: list[dict | None] = [None] * len(points)
-    refs = {}
+    todo = []
     for i, (point, c) in enumerate(points):
-        done = Path(c.output) / "results.json"
-        if done.is_file():  # finished in an earlier run of the grid
-            rows[i] = row(point, c, json.loads(done.read_text()))
-            continue
-        refs[task.remote(c.to_dict(), tracking_uri, grid["name"])] = i
-    bar = tqdm(total=len(points), initial=len(points) - len(refs), unit="campaign", desc=grid["name"],
+        done = _finished(c, RunFolder(c.output))
+        if done is not None:  # finished in an earlier run of the grid
+            rows[i] = row(point, c, done)
+        else:
+            todo.append(i)
+    bar = tqdm(total=len(points), initial=len(points) - len(todo), unit="campaign", desc=grid["name"],
                disable=not progress)
-    while refs:
-        ready, _ = ray.wait(list(refs), num_returns=1)
-        i = refs.pop(ready[0])
-        point, c = points[i]
-        try:
-            rows[i] = row(point, c, ray.get(ready[0]))
-        except Exception as exc:  # noqa: BLE001 - one failing campaign does not stop the grid
-            rows[i] = row(point, c, None, error=f"{type(exc).__name__}: {str(exc).splitlines()[-1][:300]}")
+    res = grid.get("resources") or {}
+    calls = [(points[i][1].to_dict(), tracking_uri, grid["name"]) for i in todo]
+    for k, result, exc in run_tasks(_run_one, calls, num_cpus=res.get("num_cpus", 1), num_gpus=res.get("num_gpus", 0)):
+        point, c = points[todo[k]]
+        error = None if exc is None else f"{type(exc).__name__}: {str(exc).splitlines()[-1][:300]}"
+        rows[todo[k]] = row(point, c, result, error=error)  # one failing campaign does not stop the grid
         bar.update(1)
     bar.close()
     df = pd.DataFrame(rows)
     atomic_write_table(out / "results.parquet", pa.Table.from_pandas(df, preserve_index=False))
     atomic_write_bytes(out / "results.md", markdown_table(df).encode())
     return df
-
-
-def markdown_table(df) -> str:
-    def cell(v):
-        if isinstance(v, float):
-            return "" if v != v else f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
-        return str(v)
-
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in df.itertuples(index=False)]
-    return "\n".join(lines) + "\n"

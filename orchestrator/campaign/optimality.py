@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from orchestrator.campaign.config import campaign_of_run
+from orchestrator.campaign.confirm import Confirmer
 from orchestrator.campaign.generations import (
     LoopState,
     Phase,
@@ -45,16 +44,20 @@ from orchestrator.fuzzers.oracles import bug_distance, make_oracle
 from orchestrator.runs.layout import RunFolder
 from orchestrator.runs.store import RunStore, StoreError
 from workers.policies import load_policy
-from workers.rollout import rollout
 
 PHASE = "optimality"
 BUG_COLUMNS = ("bug_id", "generation", "state_index", "gen_seed", "aut_return", "ca_return", "p_value",
-               "aut_episode_id", "ca_episode_id", "aut_sha256", "ca_sha256", "wall_time")
+               "batched_aut_return", "batched_ca_return", "aut_episode_id", "ca_episode_id", "aut_sha256", "ca_sha256",
+               "wall_time")
+FLAKY_COLUMNS = ("generation", "state_index", "gen_seed", "aut_return", "ca_return", "p_value", "batched_aut_return",
+                 "batched_ca_return", "batched_p_value", "wall_time")
 
 
 @dataclass
 class OptimalityState(LoopState):
-    bugs: list = field(default_factory=list)  # one dict per bug
+    bugs: list = field(default_factory=list)  # one dict per confirmed bug (both agents acting alone)
+    flaky: list = field(default_factory=list)  # candidates that were no bug alone (flaky_bugs.parquet)
+    confirm_seconds: float = 0.0
 
     @property
     def cases(self) -> int:
@@ -63,15 +66,6 @@ class OptimalityState(LoopState):
 
 def resolve_challenger(campaign) -> str:
     return RunFolder(campaign.output).challenger_uri(campaign)
-
-
-def _bug_table(bugs: list, state_names: list[str]):
-    cols = {k: [b[k] for b in bugs] for k in BUG_COLUMNS}
-    states = np.array([b["state"] for b in bugs], dtype=np.float64).reshape(len(bugs), len(state_names))
-    table = pa.table({**cols, "initial_state": pa.array(list(states), type=pa.list_(pa.float64(), len(state_names)))})
-    for j, name in enumerate(state_names):  # one plain column per state dimension, for SQL/pandas users
-        table = table.append_column(f"s_{name}", pa.array(states[:, j]))
-    return table
 
 
 def metrics(scenario, bug_states: np.ndarray, distance: bool = True) -> dict:
@@ -107,38 +101,56 @@ class OptimalityPhase(Phase):
         self.repeats = oracle.repeats
         self._verdict = None
 
-    def judge(self, states, result):
+    def judge(self, states, result, gen_seed: int):
+        """The oracle on the batched returns gives candidates; each is confirmed with both agents
+        acting alone (:mod:`orchestrator.campaign.confirm`) and only confirmed bugs count."""
         n = len(states)
         r_aut, r_ca = _returns_matrix(result, n, self.repeats)
-        bug, pval = self.oracle.judge(r_aut, r_ca)
-        self._verdict = (r_aut, r_ca, bug, pval)
+        cand_bug, cand_p = self.oracle.judge(r_aut, r_ca)
+        cand = np.flatnonzero(cand_bug)
+        confirmer = Confirmer(self.scenario, self.policies)
+        ok, p_alone, a_alone, c_alone = confirmer.bugs(states, cand, gen_seed, self.repeats, self.oracle)
+        self._confirm_seconds = confirmer.seconds
+        bug = np.zeros(n, bool)
+        bug[cand[ok]] = True
+        self._verdict = (r_aut, r_ca, cand, cand_p, ok, p_alone, a_alone, c_alone)
         return Feedback.from_differential(result, n, bug=bug)
 
     def record(self, st: OptimalityState, states, result, gen_seed: int) -> dict:
-        r_aut, r_ca, bug, pval = self._verdict
+        r_aut, r_ca, cand, cand_p, ok, p_alone, a_alone, c_alone = self._verdict
+        st.confirm_seconds += self._confirm_seconds
         hashes = self.policy_hashes
-        ep_bug = bug[result.state_index - result.state_index.min()]
+        bug = np.zeros(len(states), bool)
+        bug[cand[ok]] = True
+        ep_bug = bug[result.state_index - result.state_index.min()]  # the store flags confirmed bugs only
         ids = self.store.write(result, phase=PHASE, fuzzer=self.spec.fuzzer, iteration=st.generation,
                                wall_time=st.elapsed, policy_sha256=hashes, bug=ep_bug)
         first = {(str(result.role[e]), int(result.state_index[e])): int(ids[e])
                  for e in np.flatnonzero(result.repeat == 0)}
-        for i in np.flatnonzero(bug):
-            st.bugs.append({
-                "bug_id": len(st.bugs), "generation": st.generation, "state_index": int(i), "gen_seed": gen_seed,
-                "state": states[i].tolist(), "aut_return": float(r_aut[i].mean()), "ca_return": float(r_ca[i].mean()),
-                "p_value": float(pval[i]), "aut_episode_id": first[("aut", int(i))],
-                "ca_episode_id": first[("challenger", int(i))], "aut_sha256": hashes.get("aut", ""),
-                "ca_sha256": hashes.get("challenger", ""), "wall_time": st.elapsed})
+        for k, i in enumerate(cand):
+            row = {"generation": st.generation, "state_index": int(i), "gen_seed": gen_seed, "state": states[i].tolist(),
+                   "aut_return": float(a_alone[k].mean()), "ca_return": float(c_alone[k].mean()),
+                   "p_value": float(p_alone[k]), "batched_aut_return": float(r_aut[i].mean()),
+                   "batched_ca_return": float(r_ca[i].mean()), "wall_time": st.elapsed}
+            if ok[k]:
+                st.bugs.append({**row, "bug_id": len(st.bugs), "aut_episode_id": first[("aut", int(i))],
+                                "ca_episode_id": first[("challenger", int(i))], "aut_sha256": hashes.get("aut", ""),
+                                "ca_sha256": hashes.get("challenger", "")})
+            else:
+                st.flaky.append({**row, "batched_p_value": float(cand_p[i])})
         m = metrics(self.scenario, self._bug_states(st), distance=False)  # distance waits for the summary
-        return {"bugs": m["bugs"], "distinct_bugs": m["distinct_bugs"],
+        return {"bugs": m["bugs"], "distinct_bugs": m["distinct_bugs"], "flaky": len(st.flaky),
                 "mean_aut_return": float(r_aut.mean()), "mean_ca_return": float(r_ca.mean())}
 
     def _bug_states(self, st: OptimalityState) -> np.ndarray:
         return np.array([b["state"] for b in st.bugs]).reshape(-1, self.scenario.state_dim)
 
     def commit(self, st: OptimalityState) -> None:
+        names = list(self.scenario.state_names)
         if st.bugs:
-            self.run.write_table(self.run.bugs_parquet, _bug_table(st.bugs, list(self.scenario.state_names)))
+            self.run.write_verdicts(self.run.bugs_parquet, st.bugs, BUG_COLUMNS, names)
+        if st.flaky:
+            self.run.write_verdicts(self.run.flaky_parquet(PHASE), st.flaky, FLAKY_COLUMNS, names)
 
     def gauges(self, row: dict) -> dict:
         return {"bugs": row["bugs"]}
@@ -160,7 +172,8 @@ class OptimalityPhase(Phase):
             "fuzzer": spec.fuzzer, "params": spec.params, "oracle": oracle.kind, "repeats": oracle.repeats,
             "delta": spec.delta, "alpha": getattr(oracle, "alpha", None), "seed": c.seed,
             "cases": st.done, "sampling_cases": st.sampling_done, "generations": st.generation,
-            "wall_seconds": st.elapsed, **m, "grid_intervals": self.scenario.grid_intervals,
+            "wall_seconds": st.elapsed, **m, "flaky_bugs": len(st.flaky), "confirm_seconds": st.confirm_seconds,
+            "grid_intervals": self.scenario.grid_intervals,
             "distance_normalization": "min-max by the scenario's initial-state bounds, zero-width dimensions dropped",
             "bug_rate": m["bugs"] / st.done if st.done else float("nan"),
         }
@@ -196,33 +209,3 @@ def run_optimality(campaign, *, resume: bool = False, progress: bool = True, sce
     return run_phase(phase, st, resume=resume, progress=progress)
 
 
-def replay(run_dir: str | Path, bug_id: int) -> dict:
-    """Re-run bug ``bug_id`` of the run in ``run_dir`` with its recorded episode seeds."""
-    run = RunFolder(run_dir)
-    bugs = run.bugs()
-    if bugs is None:
-        raise StoreError(f"{run.root} holds no bugs.parquet: run an optimality phase first")
-    row = bugs[bugs["bug_id"] == int(bug_id)]
-    if row.empty:
-        raise StoreError(f"no bug {bug_id} in {run.bugs_parquet} (bug ids 0..{len(bugs) - 1})")
-    row = row.iloc[0]
-    campaign = campaign_of_run(run.root)
-    summary = run.summary(PHASE) or {}
-    scenario = campaign.build_scenario()
-    ca_uri = summary.get("challenger") or run.challenger_uri(campaign)
-    pols = {"aut": load_policy(campaign.aut, scenario), "challenger": load_policy(ca_uri, scenario)}
-    for role, key in (("aut", "aut_sha256"), ("challenger", "ca_sha256")):
-        have = getattr(pols[role], "sha256", "")
-        if row[key] and have and have != row[key]:
-            raise StoreError(f"the {role} policy changed since the bug was found (sha256 {have[:12]} != "
-                             f"{row[key][:12]}); replay needs the same policy files")
-    repeats = int(summary.get("repeats") or 1)
-    state = np.asarray(row["initial_state"], dtype=np.float64)[None]
-    res = rollout(scenario, pols, state, repeats=repeats, seed=int(row["gen_seed"]),
-                  state_offset=int(row["state_index"]))
-    aut = float(res.returns[res.role == "aut"].mean())
-    ca = float(res.returns[res.role == "challenger"].mean())
-    return {"bug_id": int(bug_id), "initial_state": state[0].tolist(), "state_names": list(scenario.state_names),
-            "aut_return": aut, "ca_return": ca, "recorded_aut_return": float(row["aut_return"]),
-            "recorded_ca_return": float(row["ca_return"]),
-            "reproduced": bool(np.isclose(aut, row["aut_return"]) and np.isclose(ca, row["ca_return"]))}

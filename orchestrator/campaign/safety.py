@@ -20,17 +20,26 @@ import pandas as pd
 import pyarrow as pa
 
 from orchestrator.analysis.diversity import failure_diversity
+from orchestrator.campaign.confirm import Confirmer
 from orchestrator.campaign.generations import LoopState, Phase, restore, run_phase
 from orchestrator.fuzzers import Feedback, make_fuzzer
 from orchestrator.runs.layout import RunFolder
 from orchestrator.runs.store import RunStore, StoreError
 from workers.policies import load_policy
 
+FAILURE_COLUMNS = ("failure_id", "generation", "state_index", "gen_seed", "aut_return", "batched_aut_return",
+                   "length", "episode_id", "aut_sha256", "wall_time")
+FLAKY_COLUMNS = ("generation", "state_index", "gen_seed", "aut_return", "batched_aut_return",
+                 "ca_return", "batched_ca_return", "p_value", "wall_time")
+
 
 @dataclass
 class SafetyState(LoopState):
-    failures: int = 0
-    failure_states: list = field(default_factory=list)  # initial states of failing episodes
+    failures: int = 0  # confirmed: the AUT fails from the state acting alone
+    failure_states: list = field(default_factory=list)  # initial states of the confirmed failures
+    failure_rows: list = field(default_factory=list)  # failures.parquet
+    flaky: list = field(default_factory=list)  # candidates that did not fail alone (flaky.parquet)
+    confirm_seconds: float = 0.0
 
     @property
     def episodes(self) -> int:
@@ -43,17 +52,36 @@ class SafetyPhase(Phase):
     count_name = "episodes"
     state_class = SafetyState
 
-    def judge(self, states, result):
+    def judge(self, states, result, gen_seed: int):
         return Feedback.from_result(result)
 
     def record(self, st: SafetyState, states, result, gen_seed: int) -> dict:
-        self.store.write(result, phase=st.phase, fuzzer=self.spec.fuzzer, iteration=st.generation,
-                         wall_time=st.elapsed, policy_sha256=self.policy_hashes["aut"])
-        fails = result.failure
-        st.failures += int(fails.sum())
-        st.failure_states.extend(states[fails].tolist())
-        return {"failures": st.failures, "distinct_failures": self._distinct(st),
+        ids = self.store.write(result, phase=st.phase, fuzzer=self.spec.fuzzer, iteration=st.generation,
+                               wall_time=st.elapsed, policy_sha256=self.policy_hashes["aut"])
+        cand = np.flatnonzero(result.failure)  # one episode per state, in state order
+        confirmer = Confirmer(self.scenario, self.policies)
+        alone, solo_returns = confirmer.failures(states, cand, gen_seed)
+        st.confirm_seconds += confirmer.seconds
+        for k, i in enumerate(cand):
+            row = {"generation": st.generation, "state_index": int(i), "gen_seed": gen_seed, "state": states[i].tolist(),
+                   "aut_return": float(solo_returns[k]), "batched_aut_return": float(result.returns[i]),
+                   "wall_time": st.elapsed}
+            if alone[k]:
+                st.failure_rows.append({**row, "failure_id": len(st.failure_rows), "length": int(result.lengths[i]),
+                                        "episode_id": int(ids[i]), "aut_sha256": self.policy_hashes["aut"]})
+            else:
+                st.flaky.append(row)
+        st.failures += int(alone.sum())
+        st.failure_states.extend(states[cand[alone]].tolist())
+        return {"failures": st.failures, "distinct_failures": self._distinct(st), "flaky": len(st.flaky),
                 "mean_return": float(result.returns.mean())}
+
+    def commit(self, st: SafetyState) -> None:
+        names = list(self.scenario.state_names)
+        if st.failure_rows:
+            self.run.write_verdicts(self.run.failures_parquet, st.failure_rows, FAILURE_COLUMNS, names)
+        if st.flaky:
+            self.run.write_verdicts(self.run.flaky_parquet("safety"), st.flaky, FLAKY_COLUMNS, names)
 
     def _distinct(self, st: SafetyState) -> int:
         return self.scenario.count_distinct(np.asarray(st.failure_states)) if st.failure_states else 0
@@ -71,7 +99,8 @@ class SafetyPhase(Phase):
             "campaign": c.name, "scenario": self.scenario.name, "aut": c.aut, "fuzzer": self.spec.fuzzer,
             "seed": c.seed, "episodes": st.done, "sampling_episodes": st.sampling_done,
             "generations": st.generation, "wall_seconds": st.elapsed, "rollout_seconds": st.rollout_seconds,
-            "failures": st.failures, "distinct_failures": self._distinct(st),
+            "failures": st.failures, "distinct_failures": self._distinct(st), "flaky_failures": len(st.flaky),
+            "confirm_seconds": st.confirm_seconds,
             "grid_intervals": self.scenario.grid_intervals,
             "failure_rate": st.failures / st.done if st.done else float("nan"),
             # LLMTester's Table II: distinct entire / initial / terminal states of the failures (N = 10)

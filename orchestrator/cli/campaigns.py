@@ -66,14 +66,19 @@ def cmd_grid(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from orchestrator.campaign.optimality import replay
+    from orchestrator.campaign.replay import replay_bug, replay_failure
 
-    r = replay(args.run_dir, args.bug_id)
+    r = replay_failure(args.run_dir, args.id) if args.failure else replay_bug(args.run_dir, args.id)
     state = ", ".join(f"{n}={v:.4g}" for n, v in zip(r["state_names"], r["initial_state"]))
-    print(f"bug {r['bug_id']}: {state}\n"
-          f"  AUT         {r['aut_return']:.2f}  (recorded {r['recorded_aut_return']:.2f})\n"
-          f"  challenger  {r['ca_return']:.2f}  (recorded {r['recorded_ca_return']:.2f})\n"
-          f"  {'reproduced' if r['reproduced'] else 'NOT reproduced: the returns differ from the record'}")
+    lines = [f"{r['kind']} {r['id']}: {state}",
+             f"  AUT         {r['aut_return']:.2f}  (recorded {r['recorded_aut_return']:.2f})"]
+    if r["kind"] == "bug":
+        lines.append(f"  challenger  {r['ca_return']:.2f}  (recorded {r['recorded_ca_return']:.2f})")
+    else:
+        lines.append(f"  {'fails' if r['failure'] else 'does not fail'} alone")
+    lines.append(f"  {'reproduced' if r['reproduced'] else 'NOT reproduced: the episode differs from the record'}"
+                 " (each agent acting alone, the recorded episode seeds)")
+    print("\n".join(lines))
     return 0 if r["reproduced"] else 1
 
 
@@ -173,12 +178,14 @@ def register(sub) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_grid)
 
-    p = sub.add_parser("replay", help="re-run an optimality bug and show both returns",
-                       description="Re-run bug BUG_ID of an optimality run (bugs.parquet) with its recorded "
-                       "initial state and episode seeds: the AUT and the challenger again, both returns beside "
-                       "the recorded ones. Exit 1 when they differ.")
+    p = sub.add_parser("replay", help="re-run a confirmed bug (or --failure) and show the returns",
+                       description="Re-run bug ID of an optimality run (bugs.parquet), or with --failure safety "
+                       "failure ID (failures.parquet), from its recorded initial state and episode seeds, every agent "
+                       "acting alone (one observation per policy call), as the campaign confirmed it. Prints the "
+                       "returns beside the recorded ones; exit 1 when they differ.")
     p.add_argument("run_dir", help="the campaign's run folder")
-    p.add_argument("bug_id", type=int, help="the bug_id column of bugs.parquet")
+    p.add_argument("id", type=int, help="the bug_id column of bugs.parquet (failure_id of failures.parquet with --failure)")
+    p.add_argument("--failure", action="store_true", help="replay a safety failure instead of an optimality bug")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("report", help="write report.md and a self-contained report.html for a run or a grid",

@@ -8,7 +8,10 @@ A run folder is what ``deltarl run`` (or ``rollout``, ``repair``) leaves behind:
     summary.json                safety phase summary          timeline.parquet: failures over time
     challengers/<algo>/         model.d3, policy.pt, card.json, training.json
     optimality_summary.json     optimality phase summary      optimality_timeline.parquet
-    bugs.parquet                one row per optimality bug (replayable)
+    bugs.parquet                one row per confirmed optimality bug (replayable)
+    failures.parquet            one row per confirmed safety failure (replayable)
+    flaky_failures.parquet      safety candidates that did not fail with the AUT acting alone
+    flaky_bugs.parquet          optimality candidates that were no bug with both agents acting alone
     results.json                the pipeline's result (all phases)
     snapshots/                  gen-NNNNNN.pkl (safety), opt-NNNNNN.pkl (optimality)
     repair/                     repair.json and AUT-Improved (deltarl repair)
@@ -68,6 +71,13 @@ class RunFolder:
     @property
     def episodes_dir(self) -> Path:
         return self.root / EPISODES
+
+    @property
+    def failures_parquet(self) -> Path:
+        return self.root / "failures.parquet"
+
+    def flaky_parquet(self, phase: str = "safety") -> Path:
+        return self.root / ("flaky_failures.parquet" if phase == "safety" else "flaky_bugs.parquet")
 
     @property
     def repair_dir(self) -> Path:
@@ -146,11 +156,25 @@ class RunFolder:
 
     def bugs(self):
         """``bugs.parquet`` as a DataFrame, or None when the run has no bugs file."""
+        return self._table(self.bugs_parquet)
+
+    def failures(self):
+        """``failures.parquet`` (confirmed safety failures) as a DataFrame, or None."""
+        return self._table(self.failures_parquet)
+
+    def flaky(self, phase: str = "safety"):
+        """The phase's flaky candidates (verdicts that did not hold alone) as a DataFrame, or None."""
+        return self._table(self.flaky_parquet(phase))
+
+    def _table(self, path: Path):
         import pyarrow.parquet as pq
 
-        if not self.bugs_parquet.is_file():
+        if not path.is_file():
             return None
-        return pq.read_table(self.bugs_parquet).to_pandas()
+        try:
+            return pq.read_table(path).to_pandas()
+        except Exception as exc:  # noqa: BLE001 - a truncated or foreign file
+            raise StoreError(f"{path} cannot be read ({type(exc).__name__}: {exc}); it is damaged") from exc
 
     def challenger_uri(self, campaign) -> str:
         """The challenger the optimality phase runs: the campaign's URI, else this run's first
@@ -176,6 +200,20 @@ class RunFolder:
         self.write_json(self.campaign_json, {**campaign.to_dict(), "layout_version": LAYOUT_VERSION})
 
     def write_table(self, path: Path, table) -> None:
+        atomic_write_table(path, table)
+
+    def write_verdicts(self, path: Path, rows: list[dict], columns, state_names) -> None:
+        """A verdict file (bugs, failures, flaky candidates): one row per dict, the initial state as
+        a fixed-size list and as one plain column per dimension (``s_<name>``) for SQL/pandas."""
+        import numpy as np
+        import pyarrow as pa
+
+        d = len(state_names)
+        cols = {k: [r.get(k) for r in rows] for k in columns}
+        states = np.array([r["state"] for r in rows], dtype=np.float64).reshape(len(rows), d)
+        table = pa.table({**cols, "initial_state": pa.array(list(states), type=pa.list_(pa.float64(), d))})
+        for j, name in enumerate(state_names):
+            table = table.append_column(f"s_{name}", pa.array(states[:, j]))
         atomic_write_table(path, table)
 
 

@@ -69,11 +69,10 @@ def log_artifact(tracking: dict, path: str | os.PathLike, artifact_path: str | N
 
 
 def log_metrics(tracking: dict, metrics: dict, step: int = 0) -> None:
-    import mlflow
-
     import math
     import time
 
+    import mlflow
     from mlflow.entities import Metric
 
     ts = int(time.time() * 1000)

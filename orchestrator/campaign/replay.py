@@ -1,0 +1,85 @@
+"""Replay a verdict: re-run a confirmed bug or failure from its recorded initial state and episode
+seeds, every policy acting alone (one observation per call), exactly as the campaign confirmed it.
+
+    replay_bug("runs/quickstart", 0)        # AUT and challenger again, both returns
+    replay_failure("runs/quickstart", 0)    # the AUT again: does it still fail?
+
+The record holds the state, the generation's seed and the state's index in it (so stochastic
+scenarios meet the same noise), and the policies' sha256: a policy file that changed since is
+refused with a clear message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from orchestrator.campaign.config import campaign_of_run
+from orchestrator.campaign.confirm import by_state, solo_rollout
+from orchestrator.runs.layout import RunFolder
+from orchestrator.runs.store import StoreError
+from workers.policies import load_policy
+
+
+def _row(table, key: str, ident: int, path: Path, what: str):
+    if table is None:
+        raise StoreError(f"{path.parent} holds no {path.name}: {what}")
+    row = table[table[key] == int(ident)]
+    if row.empty:
+        raise StoreError(f"no {key.split('_')[0]} {ident} in {path} ({key}s 0..{len(table) - 1})")
+    return row.iloc[0]
+
+
+def _policy(uri: str, scenario, recorded: str, role: str):
+    pol = load_policy(uri, scenario)
+    have = getattr(pol, "sha256", "")
+    if recorded and have and have != recorded:
+        raise StoreError(f"the {role} policy changed since the verdict was recorded (sha256 {have[:12]} != "
+                         f"{recorded[:12]}); replay needs the same policy files")
+    return pol
+
+
+def replay_bug(run_dir: str | Path, bug_id: int) -> dict:
+    """Re-run bug ``bug_id`` of the run in ``run_dir`` with both agents acting alone."""
+    run = RunFolder(run_dir)
+    row = _row(run.bugs(), "bug_id", bug_id, run.bugs_parquet, "run an optimality phase first")
+    campaign = campaign_of_run(run.root)
+    summary = run.summary("optimality") or {}
+    scenario = campaign.build_scenario()
+    pols = {"aut": _policy(campaign.aut, scenario, row["aut_sha256"], "aut"),
+            "challenger": _policy(summary.get("challenger") or run.challenger_uri(campaign), scenario,
+                                  row["ca_sha256"], "challenger")}
+    repeats = int(summary.get("repeats") or 1)
+    state = np.asarray(row["initial_state"], dtype=np.float64)[None]
+    index = np.array([int(row["state_index"])])
+    m = by_state(solo_rollout(scenario, pols, state, index, int(row["gen_seed"]), repeats), index, repeats)
+    aut, ca = float(m["aut"].mean()), float(m["challenger"].mean())
+    return {"kind": "bug", "id": int(bug_id), "initial_state": state[0].tolist(),
+            "state_names": list(scenario.state_names), "aut_return": aut, "ca_return": ca,
+            "recorded_aut_return": float(row["aut_return"]), "recorded_ca_return": float(row["ca_return"]),
+            "reproduced": bool(aut == float(row["aut_return"]) and ca == float(row["ca_return"]))}
+
+
+def replay_failure(run_dir: str | Path, failure_id: int) -> dict:
+    """Re-run safety failure ``failure_id`` of the run in ``run_dir`` with the AUT acting alone."""
+    run = RunFolder(run_dir)
+    row = _row(run.failures(), "failure_id", failure_id, run.failures_parquet, "its safety phase found no failure")
+    campaign = campaign_of_run(run.root)
+    scenario = campaign.build_scenario()
+    aut = _policy(campaign.aut, scenario, row["aut_sha256"], "aut")
+    state = np.asarray(row["initial_state"], dtype=np.float64)[None]
+    index = np.array([int(row["state_index"])])
+    res = solo_rollout(scenario, {"aut": aut}, state, index, int(row["gen_seed"]))
+    ret, failed = float(res.returns[0]), bool(res.failure[0])
+    return {"kind": "failure", "id": int(failure_id), "initial_state": state[0].tolist(),
+            "state_names": list(scenario.state_names), "aut_return": ret, "failure": failed,
+            "recorded_aut_return": float(row["aut_return"]),
+            "reproduced": bool(failed and ret == float(row["aut_return"]))}
+
+
+def replay(run_dir: str | Path, bug_id: int) -> dict:
+    """Backwards-compatible name: :func:`replay_bug` with ``bug_id`` as the ``bug_id`` key."""
+    out = replay_bug(run_dir, bug_id)
+    out["bug_id"] = out["id"]
+    return out

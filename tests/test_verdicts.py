@@ -1,0 +1,181 @@
+"""Sound verdicts: every failure and bug a campaign reports replays in the reference gymnasium
+environment with each policy acting alone (one observation per call, as deployed); candidates
+that do not hold alone are kept apart as flaky; the same campaign gives the same verdicts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from orchestrator.campaign.config import load_campaign
+from orchestrator.campaign.pipeline import run_campaign
+from orchestrator.campaign.replay import replay_bug, replay_failure
+from orchestrator.runs.layout import RunFolder
+from workers.policies import load_policy
+from workers.rollout import episode_seeds
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def reference_episode(scenario, policy, state, seed: int) -> tuple[float, bool]:
+    """Return and failure of ``policy`` from ``state`` in the reference gymnasium env, one
+    observation per policy call."""
+    env = scenario.reference_env()
+    obs = scenario.reference_reset_to(env, np.asarray(state, dtype=np.float64), seed=seed)
+    total, t, terminated = 0.0, 0, False
+    while t < scenario.max_steps:
+        a = policy.act(np.asarray(obs, dtype=np.float32)[None])[0]
+        a = int(a) if scenario.action.discrete else np.asarray(a, dtype=np.float64)
+        obs, r, terminated, truncated, _ = env.step(a)
+        total += float(r)
+        t += 1
+        if terminated or truncated:
+            break
+    env.close()
+    failed = bool(scenario.is_failure(np.array([total]), np.array([t]), np.array([terminated]))[0])
+    return total, failed
+
+
+def _campaign(tmp_path: Path, text: str, name: str = "c.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text.replace("OUT", str(tmp_path / "run")))
+    return p
+
+
+def _check_replays_in_reference_env(run_dir: Path, min_bugs: int = 1, min_failures: int = 1) -> tuple[int, int]:
+    run = RunFolder(run_dir)
+    campaign = json.loads(run.campaign_json.read_text())
+    from orchestrator.campaign.config import campaign_of_run
+
+    c = campaign_of_run(run_dir)
+    scenario = c.build_scenario()
+    aut = load_policy(campaign["aut"], scenario)
+    ca = load_policy(run.summary("optimality")["challenger"], scenario)
+    bugs, failures = run.bugs(), run.failures()
+    assert bugs is not None and len(bugs) >= min_bugs, "the campaign must find bugs for this check to mean anything"
+    assert failures is not None and len(failures) >= min_failures, "and failures"
+    for _, b in bugs.iterrows():
+        seed = int(episode_seeds(int(b["gen_seed"]), np.array([b["state_index"]]), np.array([0]))[0])
+        r_aut, _ = reference_episode(scenario, aut, b["initial_state"], seed)
+        r_ca, _ = reference_episode(scenario, ca, b["initial_state"], seed)
+        assert (r_aut, r_ca) == (b["aut_return"], b["ca_return"]), f"bug {b['bug_id']}"
+        assert r_ca > r_aut
+        assert replay_bug(run_dir, int(b["bug_id"]))["reproduced"]
+    for _, f in failures.iterrows():
+        seed = int(episode_seeds(int(f["gen_seed"]), np.array([f["state_index"]]), np.array([0]))[0])
+        ret, failed = reference_episode(scenario, aut, f["initial_state"], seed)
+        assert failed and ret == f["aut_return"], f"failure {f['failure_id']}"
+        assert replay_failure(run_dir, int(f["failure_id"]))["reproduced"]
+    return len(bugs), len(failures)
+
+
+CARTPOLE = """
+name: verdicts
+scenario: CartPole-v1
+aut: zoo:CartPole-v1
+seed: 0
+workers: 0
+mlflow: false
+output: OUT
+safety: {fuzzer: curefuzz, budget: {episodes: 384}, generation_size: 64}
+challenger: {algos: [bcq], steps: 2000, eval_episodes: 10}
+optimality: {fuzzer: delta, budget: {episodes: 256}, generation_size: 64}
+"""
+
+
+@pytest.mark.slow
+def test_cartpole_campaign_verdicts_replay_alone_in_the_reference_env(tmp_path):
+    run_campaign(load_campaign(_campaign(tmp_path, CARTPOLE)), progress=False)
+    n_bugs, n_fail = _check_replays_in_reference_env(tmp_path / "run")
+    s = RunFolder(tmp_path / "run").summary("optimality")
+    assert s["bugs"] == n_bugs and "flaky_bugs" in s and s["confirm_seconds"] > 0
+
+
+HOPPER = """
+name: verdicts-hopper
+scenario: Hopper-v5
+aut: random:3
+seed: 0
+workers: 0
+mlflow: false
+output: OUT
+safety: {fuzzer: random, budget: {episodes: 32}, generation_size: 16}
+optimality: {fuzzer: random, challenger: "zoo:Hopper-v5", budget: {episodes: 12}, generation_size: 6}
+"""
+
+
+@pytest.mark.slow
+def test_hopper_campaign_verdicts_replay_alone_in_the_reference_env(tmp_path):
+    """MuJoCo (the reference env is put into the state with ``set_state``), continuous actions, a
+    torch policy as the challenger; the AUT is a seeded random policy, so it fails and loses often."""
+    run_campaign(load_campaign(_campaign(tmp_path, HOPPER)), progress=False)
+    _check_replays_in_reference_env(tmp_path / "run")
+
+
+class BatchSensitive:
+    """A CartPole agent whose action depends on the batch it is computed in: alone it balances
+    the pole, in a batch it pushes left whenever the pole leans only slightly (a stand-in for a
+    near-tie that float32 batching flips)."""
+
+    def act(self, obs):
+        obs = np.asarray(obs)
+        good = (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)
+        if obs.shape[0] == 1:
+            return good
+        return np.where(np.abs(obs[:, 2]) < 0.03, 0, good)
+
+
+def test_batch_dependent_failures_are_flaky_not_failures(tmp_path):
+    text = """
+name: flaky
+scenario: CartPole-v1
+aut: python:tests.test_verdicts:BatchSensitive
+seed: 0
+workers: 0
+mlflow: false
+output: OUT
+safety: {fuzzer: random, budget: {episodes: 128}, generation_size: 64}
+"""
+    out = run_campaign(load_campaign(_campaign(tmp_path, text)), progress=False)["safety"]
+    run = RunFolder(tmp_path / "run")
+    flaky = run.flaky("safety")
+    assert out["flaky_failures"] > 0 and len(flaky) == out["flaky_failures"]
+    assert (flaky["batched_aut_return"] < flaky["aut_return"]).all()  # failed in the batch, not alone
+    assert out["failures"] == (0 if run.failures() is None else len(run.failures()))
+    eps = pd.read_parquet(run.root / "episodes")
+    assert eps["failure"].sum() == out["failures"] + out["flaky_failures"]  # the batched record keeps both
+
+
+def _bugs_and_failures(run_dir: Path) -> dict:
+    run = RunFolder(run_dir)
+    out = {}
+    for name, df in (("bugs", run.bugs()), ("failures", run.failures())):
+        df = df.drop(columns=["wall_time"])
+        df["initial_state"] = df["initial_state"].map(list)
+        out[name] = df
+    return out
+
+
+@pytest.mark.slow
+def test_the_same_campaign_twice_in_separate_processes_gives_identical_verdicts(tmp_path):
+    """Challenger training included: the same file and seed give identical bugs.parquet."""
+    runs = []
+    for k in range(2):
+        f = _campaign(tmp_path, CARTPOLE.replace("OUT", str(tmp_path / f"run{k}")).replace(
+            "steps: 2000", "steps: 600"), f"c{k}.yaml")
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env.pop("DELTARL_CHALLENGER_CACHE", None)  # each process trains its own challenger
+        res = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", str(f), "--quiet"], cwd=tmp_path,
+                             env=env, capture_output=True, text=True, timeout=900)
+        assert res.returncode == 0, res.stderr[-2000:]
+        runs.append(_bugs_and_failures(tmp_path / f"run{k}"))
+    assert len(runs[0]["bugs"]) > 0
+    for name in ("bugs", "failures"):
+        pd.testing.assert_frame_equal(runs[0][name], runs[1][name])
