@@ -368,7 +368,8 @@ def section_single(doc: Doc, run: Run):
     if s:
         rows.append(["safety", f"{s['fuzzer']}, {s['episodes']} episodes, {s.get('wall_seconds', 0):.0f} s",
                      f"{s['failures']} failures in {s['distinct_failures']} distinct cells "
-                     f"(failure rate {100 * s['failures'] / max(s['episodes'], 1):.1f}%)"])
+                     f"(failure rate {100 * s['failures'] / max(s['episodes'], 1):.1f}%)"
+                     + (f"; {s['flaky_failures']} flaky" if s.get("flaky_failures") else "")])
     else:
         rows.append(["safety", NOT_IN_RUN, ""])
     for c in run.challengers:
@@ -385,10 +386,16 @@ def section_single(doc: Doc, run: Run):
         rows.append(["optimality", f"{run.optimality_method} ({o.get('oracle')} oracle), {o['cases']} test cases, "
                      f"{o.get('wall_seconds', 0):.0f} s",
                      f"{o['bugs']} bugs in {o['distinct_bugs']} distinct cells, distance {_num(o.get('distance'))}, "
-                     f"bug rate {100 * o['bugs'] / max(o['cases'], 1):.1f}%"])
+                     f"bug rate {100 * o['bugs'] / max(o['cases'], 1):.1f}%"
+                     + (f"; {o['flaky_bugs']} flaky" if o.get("flaky_bugs") else "")])
     else:
         rows.append(["optimality", NOT_IN_RUN, ""])
     doc.table(["phase", "work", "result"], rows, caption="The run's phases", align="lll")
+    flaky = (s or {}).get("flaky_failures", 0) + (o or {}).get("flaky_bugs", 0)
+    if flaky:
+        doc.p(f"{flaky} candidates flipped under batching: they failed (or lost to the challenger) in the batched "
+              f"search but not with the agent acting alone, one observation at a time. They are not counted: the "
+              f"agent is near-tied at those states (flaky_failures.parquet, flaky_bugs.parquet).")
 
 
 def section_grid(doc: Doc, grid_df):

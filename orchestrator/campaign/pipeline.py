@@ -10,8 +10,6 @@ snapshot and stop at once when their budget is spent, a challenger with a card i
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from orchestrator.campaign.challenger import run_challenger_phase
 from orchestrator.campaign.optimality import run_optimality
 from orchestrator.campaign.safety import run_safety
@@ -40,7 +38,7 @@ def summary_table(results: dict) -> str:
     s = results.get("safety")
     if s:
         rows.append(("safety", f"{s['fuzzer']}, {s['episodes']} episodes, {s['wall_seconds']:.0f} s",
-                     f"{s['failures']} failures in {s['distinct_failures']} distinct cells"))
+                     f"{s['failures']} failures in {s['distinct_failures']} distinct cells{_flaky(s.get('flaky_failures'))}"))
     for c in results.get("challengers") or []:
         ev, aut = c["evaluation"], (c.get("aut") or {}).get("evaluation")
         vs = f" vs AUT {aut['mean_return']:.1f} ± {aut['ci95_margin']:.1f}" if aut else ""
@@ -51,13 +49,26 @@ def summary_table(results: dict) -> str:
     if o:
         dist = "n/a" if o["distance"] != o["distance"] else f"{o['distance']:.3f}"
         rows.append(("optimality", f"{o['fuzzer']} ({o['oracle']} oracle), {o['cases']} test cases, {o['wall_seconds']:.0f} s",
-                     f"{o['bugs']} bugs in {o['distinct_bugs']} distinct cells, distance {dist}"))
+                     f"{o['bugs']} bugs in {o['distinct_bugs']} distinct cells, distance {dist}"
+                     f"{_flaky(o.get('flaky_bugs'))}"))
     lines = ["| phase | work | result |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
-    root = Path(results["output"])
+    run = RunFolder(results["output"])
+    root = run.root
     files = [f"run folder        {root}",
              f"episodes (D)      {root / 'steps'}/*.parquet, {root / 'episodes'}/*.parquet"]
+    if s and s["failures"]:
+        files.append(f"failures          {run.failures_parquet}  (deltarl replay {root} ID --failure)")
     if o and o["bugs"]:
-        files.append(f"bugs              {root / 'bugs.parquet'}  (deltarl replay {root} BUG_ID)")
-    files += [f"summary           {root / 'results.json'}",
+        files.append(f"bugs              {run.bugs_parquet}  (deltarl replay {root} BUG_ID)")
+    if (s and s.get("flaky_failures")) or (o and o.get("flaky_bugs")):
+        files.append(f"flaky candidates  {root}/flaky_*.parquet  (held in the batched search, not alone)")
+    files += [f"summary           {run.results_json}",
               f"MLflow            mlflow ui --backend-store-uri sqlite:///{root.resolve() / 'mlflow.db'}"]
-    return "\n".join(lines + [""] + files)
+    notes = ["", "Failures and bugs are confirmed with each agent acting alone (one observation per call, as "
+             "deployed); candidates that held only in the batched search are counted as flaky: the agent is "
+             "near-tied at those states."] if (s and s.get("flaky_failures")) or (o and o.get("flaky_bugs")) else []
+    return "\n".join(lines + [""] + files + notes)
+
+
+def _flaky(n) -> str:
+    return f" (+{n} flaky)" if n else ""
