@@ -179,3 +179,25 @@ def test_the_same_campaign_twice_in_separate_processes_gives_identical_verdicts(
     assert len(runs[0]["bugs"]) > 0
     for name in ("bugs", "failures"):
         pd.testing.assert_frame_equal(runs[0][name], runs[1][name])
+
+
+FIXTURE = REPO / "tests" / "fixtures" / "run-layout-1"  # written by deltarl before the house rebuild
+
+
+def test_replay_reads_run_folders_of_the_first_layout(tmp_path):
+    """A run folder written by the previous layout (no layout_version, bugs without the batched
+    columns) still replays; a folder from a newer layout is refused with its version named."""
+    import shutil
+
+    from orchestrator.cli import main
+
+    run = tmp_path / "old"
+    shutil.copytree(FIXTURE, run)
+    bugs = RunFolder(run).bugs()
+    assert "batched_aut_return" not in bugs.columns and len(bugs) == 6
+    assert all(replay_bug(run, i)["reproduced"] for i in bugs["bug_id"])
+    data = json.loads((run / "campaign.json").read_text())
+    (run / "campaign.json").write_text(json.dumps({**data, "layout_version": 99}))
+    assert main(["replay", str(run), "0"]) == 2
+    with pytest.raises(Exception, match="layout 99"):
+        replay_bug(run, 0)
