@@ -13,15 +13,25 @@ evaluated from the same 100 starts, and the training times of both (Fig. 4).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 
+from envs import get_scenario
+from orchestrator.campaign.train_jobs import train_challenger_job
+from orchestrator.cluster.driver import start_ray
+from orchestrator.runs import tracking
 from orchestrator.runs.cards import challenger_card, read_card, write_card
 from orchestrator.runs.layout import CARD, MODEL_FILES, SAFETY_PHASES, RunFolder
+from orchestrator.runs.store import RunStore, StoreError
+from workers.challenger import challenger_config
+from workers.training import TrainingError, latest_checkpoint
 
 
 def challenger_dir(run_dir: str | Path, algo: str) -> Path:
@@ -43,16 +53,6 @@ def train_run_challenger(
     progress: bool = True,
 ) -> dict:
     """Train the ``algo`` challenger on D of the run in ``run_dir``; returns its card."""
-    import dataclasses
-
-    from envs import get_scenario
-    from orchestrator.campaign.train_jobs import train_challenger_job
-    from orchestrator.cluster.driver import start_ray
-    from orchestrator.runs import tracking
-    from orchestrator.runs.store import RunStore, StoreError
-    from workers.challenger import challenger_config
-    from workers.training import TrainingError, latest_checkpoint
-
     run_dir = Path(run_dir)
     store = RunStore.open(run_dir)
     run = RunFolder(run_dir)
@@ -80,38 +80,45 @@ def train_run_challenger(
             return _from_cache(hit, out, run_dir, store)
 
     try:
-        start_ray()
-        mlrun = None
-        if mlflow:
-            mlrun = tracking.start_run(run_dir, "challenger-training", f"{scenario.name}-{algo}-s{cfg.seed}",
-                                     params={"config": dataclasses.asdict(cfg), "dataset": {
-                                         "run_id": store.run_id, "phases": list(phases), "episodes": len(eps)}},
-                                     tags={"deltarl.kind": "challenger-training", "scenario": scenario.name,
-                                           "algo": algo})
-        t0 = time.perf_counter()
-        try:
-            state = train_challenger_job(cfg, run_dir, out, phases=phases, resume=resume, tracking=mlrun,
-                                         progress=progress)
-            card = challenger_card(out, cfg, state, scenario, aut_uri=campaign.get("aut"),
-                                         eval_episodes=eval_episodes, dataset={
-                                             "run_dir": str(run_dir), "run_id": store.run_id, "phases": list(phases),
-                                             "episodes": state["episodes"], "transitions": state["transitions"]},
-                                         wall=time.perf_counter() - t0)
-        except BaseException:
-            if mlrun:
-                tracking.end_run(mlrun, "FAILED")
-            raise
-        if mlrun:
-            ev = card["evaluation"]
-            tracking.log_metrics(mlrun, {"final_mean_return": ev["mean_return"], "final_success_rate": ev["success_rate"],
-                                       "training_wall_seconds": card["training_wall_seconds"]}, step=state["step"])
-            tracking.log_artifact(mlrun, out / CARD)
-            tracking.end_run(mlrun)
+        card = _train_and_card(run, store, scenario, campaign, cfg, out, phases, len(eps), resume=resume,
+                               eval_episodes=eval_episodes, mlflow=mlflow, progress=progress)
         if key is not None:
             _to_cache(out, cache / key)
     finally:
         if lock is not None:
             lock.unlink(missing_ok=True)
+    return card
+
+
+def _train_and_card(run: RunFolder, store, scenario, campaign: dict, cfg, out: Path, phases, episodes: int, *,
+                    resume: bool, eval_episodes: int, mlflow: bool, progress: bool) -> dict:
+    """The Ray Train job, then the card; both in the run's MLflow (experiment challenger-training)."""
+    start_ray()
+    mlrun = None
+    if mlflow:
+        mlrun = tracking.start_run(run.root, "challenger-training", f"{scenario.name}-{cfg.algo}-s{cfg.seed}",
+                                   params={"config": dataclasses.asdict(cfg), "dataset": {
+                                       "run_id": store.run_id, "phases": list(phases), "episodes": episodes}},
+                                   tags={"deltarl.kind": "challenger-training", "scenario": scenario.name,
+                                         "algo": cfg.algo})
+    t0 = time.perf_counter()
+    try:
+        state = train_challenger_job(cfg, run.root, out, phases=phases, resume=resume, tracking=mlrun,
+                                     progress=progress)
+        card = challenger_card(out, cfg, state, scenario, aut_uri=campaign.get("aut"), eval_episodes=eval_episodes,
+                               dataset={"run_dir": str(run.root), "run_id": store.run_id, "phases": list(phases),
+                                        "episodes": state["episodes"], "transitions": state["transitions"]},
+                               wall=time.perf_counter() - t0)
+    except BaseException:
+        if mlrun:
+            tracking.end_run(mlrun, "FAILED")
+        raise
+    if mlrun:
+        ev = card["evaluation"]
+        tracking.log_metrics(mlrun, {"final_mean_return": ev["mean_return"], "final_success_rate": ev["success_rate"],
+                                     "training_wall_seconds": card["training_wall_seconds"]}, step=state["step"])
+        tracking.log_artifact(mlrun, out / CARD)
+        tracking.end_run(mlrun)
     return card
 
 
@@ -133,9 +140,6 @@ def challenger_cache_dir() -> Path | None:
 
 
 def challenger_cache_key(store, phases, cfg, eval_episodes: int) -> str:
-    import dataclasses
-    import hashlib
-
     steps = store.read_steps(phase=list(phases), role="aut")
     h = hashlib.sha256()
     for k in ("obs", "actions", "rewards", "terminals", "timeouts", "episode_id"):
@@ -174,7 +178,6 @@ def _claim_or_wait(cache: Path, key: str, timeout_s: float = 6 * 3600.0, poll_s:
 
 
 def _to_cache(out: Path, dest: Path) -> None:
-    import shutil
 
     if dest.is_dir():
         return
@@ -190,7 +193,6 @@ def _to_cache(out: Path, dest: Path) -> None:
 
 
 def _from_cache(hit: Path, out: Path, run_dir: Path, store) -> dict:
-    import shutil
 
     out.mkdir(parents=True, exist_ok=True)
     for f in MODEL_FILES:
@@ -205,7 +207,6 @@ def _from_cache(hit: Path, out: Path, run_dir: Path, store) -> dict:
 def run_challenger_phase(campaign, *, resume: bool = False, progress: bool = True) -> list[dict]:
     """The campaign's ``challenger`` phase: one challenger per listed algorithm on the run's D.
     Finished challengers (a ``card.json``) are kept on resume; interrupted ones continue."""
-    from workers.training import latest_checkpoint
 
     spec = campaign.challenger
     cards = []
