@@ -73,6 +73,7 @@ from envs.base import (
 ENV_ID = "deltarl/BipedalWalkerObstacles-v0"
 N_OBSTACLES = 15
 STUMP, STAIRS, PIT = 1, 2, 3
+GRASS = 0  # the terrain generator's state between obstacles
 KIND_NAMES = {STUMP: "STUMP", STAIRS: "STAIRS", PIT: "PIT"}
 
 
@@ -81,157 +82,199 @@ def _env_class():
     global _ENV_CLASS
     if _ENV_CLASS is not None:
         return _ENV_CLASS
-    import Box2D
     from gymnasium.envs.box2d import bipedal_walker as bw
 
-    TL, TS, TH = bw.TERRAIN_LENGTH, bw.TERRAIN_STEP, bw.TERRAIN_HEIGHT
-    TG, TSP, SCALE = bw.TERRAIN_GRASS, bw.TERRAIN_STARTPAD, bw.SCALE
-
-    class BipedalWalkerObstacles(bw.BipedalWalker):
+    class BipedalWalkerObstacles(_ObstacleCourse, bw.BipedalWalker):
         """gymnasium's BipedalWalker (hardcore) whose obstacle kinds are given (module docs)."""
-
-        def __init__(self, render_mode=None, hardcore: bool = True):
-            super().__init__(render_mode=render_mode, hardcore=True)
-            self.obstacle_sequence = np.full(N_OBSTACLES, STUMP, dtype=np.int64)
-            self.obstacles: list[dict] = []  # what the last terrain holds, in order
-
-        def reset(self, *, seed=None, options=None):
-            # seed np_random here (gymnasium's reset seeds it again with the same seed: no-op
-            # for the stream, since super().reset(seed=None) keeps the generator)
-            if seed is not None:
-                super(bw.BipedalWalker, self).reset(seed=seed)
-                seed = None
-            # always draw the default sequence, so the stream after it does not depend on
-            # whether options were given: reset(seed=s) == reset(seed=s, options=<its draw>)
-            drawn = self.np_random.integers(1, 4, size=N_OBSTACLES)
-            seq = drawn if not options or options.get("obstacles") is None else options["obstacles"]
-            self.obstacle_sequence = check_sequence(seq)
-            # a fresh Box2D world: a reused one keeps broad-phase proxies and contact order from
-            # the previous episode, which changes the solver's order of operations, so the same
-            # (state, seed) would give a different trajectory depending on what ran before
-            self._destroy()
-            self.world = Box2D.b2World()
-            return super().reset(seed=None, options=options)
-
-        def step(self, action):
-            obs, reward, terminated, truncated, info = super().step(action)
-            if terminated and not (self.game_over or self.hull.position[0] < 0):
-                terminated = False  # reached the end of the course: not an end here (module docs)
-            return obs, reward, terminated, truncated, info
-
-        def _generate_terrain(self, hardcore):
-            """gymnasium's generator, with the kinds from ``obstacle_sequence`` and every other
-            random number drawn up front (a fixed count: the stream does not depend on kinds)."""
-            GRASS = 0
-            rng = self.np_random
-            rough = rng.uniform(-1, 1, size=TL)  # grass roughness, per tile
-            slots = TL  # an upper bound on the number of obstacles (each is >= 1 tile)
-            grass_len = rng.integers(TG / 2, TG, size=slots)  # grass after obstacle k
-            pit_len = rng.integers(3, 5, size=slots)
-            stump_size = rng.integers(1, 3, size=slots)
-            stair_up = rng.random(size=slots) > 0.5
-            stair_width = rng.integers(4, 5, size=slots)
-            stair_steps = rng.integers(3, 5, size=slots)
-
-            state = GRASS
-            velocity = 0.0
-            y = TH
-            counter = TSP
-            oneshot = False
-            k = -1  # index of the current obstacle
-            self.terrain = []
-            self.terrain_x = []
-            self.terrain_y = []
-            self.obstacles = []
-
-            def add_poly(poly):
-                self.fd_polygon.shape.vertices = poly
-                t = self.world.CreateStaticBody(fixtures=self.fd_polygon)
-                t.color1, t.color2 = (255, 255, 255), (153, 153, 153)
-                self.terrain.append(t)
-
-            stair_steps_k, stair_width_k, stair_height = 0, 0, 0
-            original_y = 0
-            for i in range(TL):
-                x = i * TS
-                self.terrain_x.append(x)
-
-                if state == GRASS and not oneshot:
-                    velocity = 0.8 * velocity + 0.01 * np.sign(TH - y)
-                    if i > TSP:
-                        velocity += rough[i] / SCALE
-                    y += velocity
-
-                elif state == PIT and oneshot:
-                    counter = int(pit_len[k])
-                    poly = [(x, y), (x + TS, y), (x + TS, y - 4 * TS), (x, y - 4 * TS)]
-                    add_poly(poly)
-                    add_poly([(p[0] + TS * counter, p[1]) for p in poly])
-                    self.obstacles.append(dict(kind=PIT, tile=i, x=x, width=counter))
-                    counter += 2
-                    original_y = y
-
-                elif state == PIT and not oneshot:
-                    y = original_y
-                    if counter > 1:
-                        y -= 4 * TS
-
-                elif state == STUMP and oneshot:
-                    counter = int(stump_size[k])
-                    add_poly([(x, y), (x + counter * TS, y), (x + counter * TS, y + counter * TS),
-                              (x, y + counter * TS)])
-                    self.obstacles.append(dict(kind=STUMP, tile=i, x=x, size=counter))
-
-                elif state == STAIRS and oneshot:
-                    stair_height = +1 if stair_up[k] else -1
-                    stair_width_k = int(stair_width[k])
-                    stair_steps_k = int(stair_steps[k])
-                    original_y = y
-                    for s in range(stair_steps_k):
-                        add_poly([
-                            (x + (s * stair_width_k) * TS, y + (s * stair_height) * TS),
-                            (x + ((1 + s) * stair_width_k) * TS, y + (s * stair_height) * TS),
-                            (x + ((1 + s) * stair_width_k) * TS, y + (-1 + s * stair_height) * TS),
-                            (x + (s * stair_width_k) * TS, y + (-1 + s * stair_height) * TS),
-                        ])
-                    self.obstacles.append(dict(kind=STAIRS, tile=i, x=x, steps=stair_steps_k,
-                                               width=stair_width_k, direction=stair_height))
-                    counter = stair_steps_k * stair_width_k
-
-                elif state == STAIRS and not oneshot:
-                    s = stair_steps_k * stair_width_k - counter - stair_height
-                    n = s / stair_width_k
-                    y = original_y + (n * stair_height) * TS
-
-                oneshot = False
-                self.terrain_y.append(y)
-                counter -= 1
-                if counter == 0:
-                    if state == GRASS:  # an obstacle: the next kind of the sequence
-                        k += 1
-                        state = int(self.obstacle_sequence[k % N_OBSTACLES])
-                        counter = 1  # overwritten by the obstacle's own length next tile
-                    else:
-                        state = GRASS
-                        counter = int(grass_len[k])
-                    oneshot = True
-
-            self.terrain_poly = []
-            for i in range(TL - 1):
-                poly = [(self.terrain_x[i], self.terrain_y[i]), (self.terrain_x[i + 1], self.terrain_y[i + 1])]
-                self.fd_edge.shape.vertices = poly
-                t = self.world.CreateStaticBody(fixtures=self.fd_edge)
-                color = (76, 255 if i % 2 == 0 else 204, 76)
-                t.color1 = color
-                t.color2 = color
-                self.terrain.append(t)
-                color = (102, 153, 76)
-                poly += [(poly[1][0], 0), (poly[0][0], 0)]
-                self.terrain_poly.append((poly, color))
-            self.terrain.reverse()
 
     _ENV_CLASS = BipedalWalkerObstacles
     return _ENV_CLASS
+
+
+class _ObstacleCourse:
+    """What :class:`BipedalWalkerObstacles` changes in gymnasium's ``BipedalWalker`` (a mixin:
+    :func:`_env_class` puts it before the gymnasium class, which is imported lazily)."""
+
+    def __init__(self, render_mode=None, hardcore: bool = True):
+        super().__init__(render_mode=render_mode, hardcore=True)
+        self.obstacle_sequence = np.full(N_OBSTACLES, STUMP, dtype=np.int64)
+        self.obstacles: list[dict] = []  # what the last terrain holds, in order
+
+    def reset(self, *, seed=None, options=None):
+        import Box2D
+        from gymnasium.envs.box2d import bipedal_walker as bw
+
+        # seed np_random here (gymnasium's reset seeds it again with the same seed: no-op
+        # for the stream, since super().reset(seed=None) keeps the generator)
+        if seed is not None:
+            super(bw.BipedalWalker, self).reset(seed=seed)
+            seed = None
+        # always draw the default sequence, so the stream after it does not depend on
+        # whether options were given: reset(seed=s) == reset(seed=s, options=<its draw>)
+        drawn = self.np_random.integers(1, 4, size=N_OBSTACLES)
+        seq = drawn if not options or options.get("obstacles") is None else options["obstacles"]
+        self.obstacle_sequence = check_sequence(seq)
+        # a fresh Box2D world: a reused one keeps broad-phase proxies and contact order from
+        # the previous episode, which changes the solver's order of operations, so the same
+        # (state, seed) would give a different trajectory depending on what ran before
+        self._destroy()
+        self.world = Box2D.b2World()
+        return super().reset(seed=None, options=options)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if terminated and not (self.game_over or self.hull.position[0] < 0):
+            terminated = False  # reached the end of the course: not an end here (module docs)
+        return obs, reward, terminated, truncated, info
+
+    # -- the terrain ---------------------------------------------------------------------------
+    def _generate_terrain(self, hardcore):
+        """gymnasium's generator, with the kinds from ``obstacle_sequence`` and every other
+        random number drawn up front (a fixed count: the stream does not depend on kinds)."""
+        from gymnasium.envs.box2d import bipedal_walker as bw
+
+        draws = _TerrainDraws.draw(self.np_random, bw.TERRAIN_LENGTH, bw.TERRAIN_GRASS)
+        self.terrain = []
+        self.terrain_x = []
+        self.terrain_y = []
+        self.obstacles = []
+        self._lay_tiles(bw, draws)
+        self._add_grass_edges(bw.TERRAIN_LENGTH)
+
+    def _lay_tiles(self, bw, draws: "_TerrainDraws") -> None:
+        """Walk the course tile by tile: grass, then the next obstacle of the sequence, then
+        grass again; obstacles become Box2D polygons, every tile gets its ground height."""
+        c = _TerrainCursor(y=bw.TERRAIN_HEIGHT, counter=bw.TERRAIN_STARTPAD)
+        for i in range(bw.TERRAIN_LENGTH):
+            x = i * bw.TERRAIN_STEP
+            self.terrain_x.append(x)
+            if c.oneshot:
+                self._start_obstacle(bw, c, draws, i, x)
+            else:
+                self._follow_ground(bw, c, draws, i)
+            c.oneshot = False
+            self.terrain_y.append(c.y)
+            c.counter -= 1
+            if c.counter == 0:
+                if c.state == GRASS:  # an obstacle: the next kind of the sequence
+                    c.k += 1
+                    c.state = int(self.obstacle_sequence[c.k % N_OBSTACLES])
+                    c.counter = 1  # overwritten by the obstacle's own length next tile
+                else:
+                    c.state = GRASS
+                    c.counter = int(draws.grass_len[c.k])
+                c.oneshot = True
+
+    def _follow_ground(self, bw, c: "_TerrainCursor", draws: "_TerrainDraws", i: int) -> None:
+        """The ground height of a tile inside a stretch (grass, pit or stairs; a stump is flat)."""
+        TS, TH = bw.TERRAIN_STEP, bw.TERRAIN_HEIGHT
+        if c.state == GRASS:
+            c.velocity = 0.8 * c.velocity + 0.01 * np.sign(TH - c.y)
+            if i > bw.TERRAIN_STARTPAD:
+                c.velocity += draws.rough[i] / bw.SCALE
+            c.y += c.velocity
+        elif c.state == PIT:
+            c.y = c.original_y
+            if c.counter > 1:
+                c.y -= 4 * TS
+        elif c.state == STAIRS:
+            s = c.stair_steps * c.stair_width - c.counter - c.stair_height
+            n = s / c.stair_width
+            c.y = c.original_y + (n * c.stair_height) * TS
+
+    def _start_obstacle(self, bw, c: "_TerrainCursor", draws: "_TerrainDraws", i: int, x: float) -> None:
+        """The first tile of a stretch: an obstacle's polygons and length (nothing for grass)."""
+        TS, y, k = bw.TERRAIN_STEP, c.y, c.k
+        if c.state == PIT:
+            c.counter = int(draws.pit_len[k])
+            poly = [(x, y), (x + TS, y), (x + TS, y - 4 * TS), (x, y - 4 * TS)]
+            self._add_poly(poly)
+            self._add_poly([(p[0] + TS * c.counter, p[1]) for p in poly])
+            self.obstacles.append(dict(kind=PIT, tile=i, x=x, width=c.counter))
+            c.counter += 2
+            c.original_y = y
+        elif c.state == STUMP:
+            size = c.counter = int(draws.stump_size[k])
+            self._add_poly([(x, y), (x + size * TS, y), (x + size * TS, y + size * TS), (x, y + size * TS)])
+            self.obstacles.append(dict(kind=STUMP, tile=i, x=x, size=size))
+        elif c.state == STAIRS:
+            c.stair_height = height = +1 if draws.stair_up[k] else -1
+            c.stair_width = width = int(draws.stair_width[k])
+            c.stair_steps = steps = int(draws.stair_steps[k])
+            c.original_y = y
+            for s in range(steps):
+                self._add_poly([
+                    (x + (s * width) * TS, y + (s * height) * TS),
+                    (x + ((1 + s) * width) * TS, y + (s * height) * TS),
+                    (x + ((1 + s) * width) * TS, y + (-1 + s * height) * TS),
+                    (x + (s * width) * TS, y + (-1 + s * height) * TS),
+                ])
+            self.obstacles.append(dict(kind=STAIRS, tile=i, x=x, steps=steps, width=width, direction=height))
+            c.counter = steps * width
+
+    def _add_poly(self, poly) -> None:
+        self.fd_polygon.shape.vertices = poly
+        t = self.world.CreateStaticBody(fixtures=self.fd_polygon)
+        t.color1, t.color2 = (255, 255, 255), (153, 153, 153)
+        self.terrain.append(t)
+
+    def _add_grass_edges(self, length: int) -> None:
+        """The ground itself: one edge body per tile, and the polygons gymnasium renders."""
+        self.terrain_poly = []
+        for i in range(length - 1):
+            poly = [(self.terrain_x[i], self.terrain_y[i]), (self.terrain_x[i + 1], self.terrain_y[i + 1])]
+            self.fd_edge.shape.vertices = poly
+            t = self.world.CreateStaticBody(fixtures=self.fd_edge)
+            color = (76, 255 if i % 2 == 0 else 204, 76)
+            t.color1 = color
+            t.color2 = color
+            self.terrain.append(t)
+            color = (102, 153, 76)
+            poly += [(poly[1][0], 0), (poly[0][0], 0)]
+            self.terrain_poly.append((poly, color))
+        self.terrain.reverse()
+
+
+@dataclass
+class _TerrainDraws:
+    """Every random number of one terrain, drawn up front in a fixed order and count."""
+
+    rough: np.ndarray  # grass roughness, per tile
+    grass_len: np.ndarray  # grass after obstacle k
+    pit_len: np.ndarray
+    stump_size: np.ndarray
+    stair_up: np.ndarray
+    stair_width: np.ndarray
+    stair_steps: np.ndarray
+
+    @classmethod
+    def draw(cls, rng, length: int, grass: int) -> "_TerrainDraws":
+        rough = rng.uniform(-1, 1, size=length)
+        slots = length  # an upper bound on the number of obstacles (each is >= 1 tile)
+        grass_len = rng.integers(grass / 2, grass, size=slots)
+        pit_len = rng.integers(3, 5, size=slots)
+        stump_size = rng.integers(1, 3, size=slots)
+        stair_up = rng.random(size=slots) > 0.5
+        stair_width = rng.integers(4, 5, size=slots)
+        stair_steps = rng.integers(3, 5, size=slots)
+        return cls(rough, grass_len, pit_len, stump_size, stair_up, stair_width, stair_steps)
+
+
+@dataclass
+class _TerrainCursor:
+    """Where the terrain walk is: the stretch's kind and tiles left, ground height and slope,
+    the current obstacle ``k`` and what its later tiles need (pit floor, stair geometry)."""
+
+    y: float
+    counter: int
+    state: int = GRASS
+    velocity: float = 0.0
+    oneshot: bool = False
+    k: int = -1  # index of the current obstacle
+    stair_steps: int = 0
+    stair_width: int = 0
+    stair_height: int = 0
+    original_y: float = 0
 
 
 _ENV_CLASS = None

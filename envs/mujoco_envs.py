@@ -1,5 +1,9 @@
 """MuJoCo scenarios: Hopper-v5, Walker2d-v5 and Hopper-Noise (Hopper-v5 with random wind).
 
+One file on purpose: the batched simulator, the wind model and the three scenarios repeat
+gymnasium's ``MujocoEnv`` arithmetic together and are checked together, step for step, against
+the reference environments.
+
 The initial-state vector of a planar walker is ``qpos[1:]`` followed by ``qvel``: every
 generalized coordinate except ``rootx`` (the horizontal position, set to 0: neither the
 observation nor the reward depends on it) and every generalized velocity. Its bounds are

@@ -32,6 +32,8 @@ from typing import Callable
 
 import numpy as np
 
+from workers.yamlfile import load_yaml
+
 ALGOS = ("ddqn", "sac")
 
 
@@ -59,15 +61,9 @@ class AutTrainConfig:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, **overrides) -> "AutTrainConfig":
-        import yaml
-
         p = Path(path)
-        if not p.is_file():
-            raise TrainingError(f"training config {p} not found; see experiments/aut/ for the presets")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise TrainingError(f"training config {p} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+        data = load_yaml(p, "training config", TrainingError, fix="see experiments/aut/ for the presets",
+                         allow_empty=True)
         data.pop("source", None)  # provenance notes, not a setting
         data.update({k: v for k, v in overrides.items() if v is not None})
         unknown = set(data) - {f for f in cls.__dataclass_fields__}
@@ -208,22 +204,7 @@ def train_aut(
     out.mkdir(parents=True, exist_ok=True)
     device = cfg.device or ("cuda:0" if torch.cuda.is_available() else "cpu:0")
     env = scenario.reference_env()
-
-    state, algo, ckpt = load_checkpoint(out, cfg, resume, device, "training run")
-    min_fill = 0  # transitions the buffer must hold before updates (more when refilled on resume)
-    if ckpt is not None:
-        if (ckpt / "buffer.h5").is_file():
-            with open(ckpt / "buffer.h5", "rb") as f:
-                buffer = d3rlpy.dataset.ReplayBuffer.load(f, d3rlpy.dataset.FIFOBuffer(cfg.buffer_size))
-        else:  # a checkpoint shipped without its buffer (e.g. committed): refill it with the policy
-            buffer = d3rlpy.dataset.create_fifo_replay_buffer(limit=cfg.buffer_size, env=env)
-            min_fill = max(cfg.warmup_steps, algo.batch_size)
-    else:
-        state = {"config": asdict(cfg), "step": 0, "epoch": 0, "grad_steps": 0, "episodes": 0,
-                 "wall_seconds": 0.0, "history": []}
-        algo = make_algo(cfg, device)
-        algo.build_with_env(env)
-        buffer = d3rlpy.dataset.create_fifo_replay_buffer(limit=cfg.buffer_size, env=env)
+    state, algo, buffer, min_fill = _start_or_resume(cfg, out, env, resume, device)
 
     d3rlpy.seed(cfg.seed + state["epoch"])
     rng = np.random.default_rng([cfg.seed, state["epoch"]])
@@ -240,13 +221,7 @@ def train_aut(
     t_epoch = time.perf_counter()
     while step < cfg.steps:
         step += 1
-        x = obs[None].astype(np.float32)
-        if step <= cfg.warmup_steps and state["epoch"] == 0:
-            action = env.action_space.sample()
-        elif explorer is not None:
-            action = explorer.sample(algo, x, step)[0]
-        else:
-            action = algo.sample_action(x)[0]
+        action = _act(cfg, env, algo, explorer, obs, step, state["epoch"])
         next_obs, reward, terminated, truncated, _ = env.step(action)
         buffer.append(obs, action, float(reward))
         ep_return += float(reward)
@@ -260,46 +235,97 @@ def train_aut(
             obs = next_obs
         if (step > cfg.warmup_steps and step % cfg.update_interval == 0
                 and buffer.transition_count > max(algo.batch_size, min_fill)):
-            for _ in range(cfg.n_updates):
-                for k, v in algo.update(buffer.sample_transition_batch(algo.batch_size)).items():
-                    losses.setdefault(k, []).append(float(v))
+            _update(algo, buffer, cfg.n_updates, losses)
         bar.update(1)
 
         if step % cfg.steps_per_epoch == 0 or step == cfg.steps:
             dt = time.perf_counter() - t_epoch
-            state["epoch"] += 1
-            state["step"] = step
-            state["grad_steps"] = int(algo.grad_step)
-            state["wall_seconds"] += dt
-            metrics = {
-                "epoch": state["epoch"],
-                "step": step,
-                "train_return": float(np.mean(recent_returns)) if recent_returns else float("nan"),
-                "episodes": state["episodes"],
-                "steps_per_second": (step - state["history"][-1]["step"] if state["history"] else step) / max(dt, 1e-9),
-                **{k: float(np.mean(v)) for k, v in losses.items()},
-                **evaluate_algo(algo, scenario, cfg.eval_episodes, seed=10_000 + cfg.seed),
-            }
-            state["history"].append(metrics)
-            best = state.get("best")
-            if best is None or metrics["eval_return"] > best["eval_return"]:
-                # keep the best greedy policy seen so far (DQN's return can swing between epochs)
-                state["best"] = {"epoch": state["epoch"], "step": step, "eval_return": metrics["eval_return"]}
-                tmp = out / f".best.d3.tmp-{os.getpid()}"
-                algo.save(str(tmp))
-                os.replace(tmp, out / "best.d3")
-            ck = _write_checkpoint(out, state["epoch"], algo, buffer, state)
+            metrics, ck = _end_epoch(cfg, out, scenario, algo, buffer, state, step, dt, recent_returns, losses)
             if report:
                 report(metrics, ck)
             bar.set_postfix(eval=f"{metrics['eval_return']:.1f}")
             recent_returns, losses = [], {}
             t_epoch = time.perf_counter()
     bar.close()
+    _finish(out, algo, state)
+    return state
+
+
+def _start_or_resume(cfg: AutTrainConfig, out: Path, env, resume: bool, device: str):
+    """(state, algo, replay buffer, min_fill) of a fresh run or of the newest checkpoint.
+    ``min_fill``: transitions the buffer must hold before updates (more when refilled on resume)."""
+    import d3rlpy
+
+    state, algo, ckpt = load_checkpoint(out, cfg, resume, device, "training run")
+    min_fill = 0
+    if ckpt is not None:
+        if (ckpt / "buffer.h5").is_file():
+            with open(ckpt / "buffer.h5", "rb") as f:
+                buffer = d3rlpy.dataset.ReplayBuffer.load(f, d3rlpy.dataset.FIFOBuffer(cfg.buffer_size))
+        else:  # a checkpoint shipped without its buffer (e.g. committed): refill it with the policy
+            buffer = d3rlpy.dataset.create_fifo_replay_buffer(limit=cfg.buffer_size, env=env)
+            min_fill = max(cfg.warmup_steps, algo.batch_size)
+    else:
+        state = {"config": asdict(cfg), "step": 0, "epoch": 0, "grad_steps": 0, "episodes": 0,
+                 "wall_seconds": 0.0, "history": []}
+        algo = make_algo(cfg, device)
+        algo.build_with_env(env)
+        buffer = d3rlpy.dataset.create_fifo_replay_buffer(limit=cfg.buffer_size, env=env)
+    return state, algo, buffer, min_fill
+
+
+def _act(cfg: AutTrainConfig, env, algo, explorer, obs, step: int, epoch: int):
+    """Uniformly random during the first run's warm-up, then the explorer (ddqn) or the
+    stochastic policy (sac)."""
+    x = obs[None].astype(np.float32)
+    if step <= cfg.warmup_steps and epoch == 0:
+        return env.action_space.sample()
+    if explorer is not None:
+        return explorer.sample(algo, x, step)[0]
+    return algo.sample_action(x)[0]
+
+
+def _update(algo, buffer, n_updates: int, losses: dict) -> None:
+    """``n_updates`` gradient steps on minibatches of the buffer; their losses go to ``losses``."""
+    for _ in range(n_updates):
+        for k, v in algo.update(buffer.sample_transition_batch(algo.batch_size)).items():
+            losses.setdefault(k, []).append(float(v))
+
+
+def _end_epoch(cfg: AutTrainConfig, out: Path, scenario, algo, buffer, state: dict, step: int, dt: float,
+               recent_returns: list, losses: dict) -> tuple[dict, Path]:
+    """Count the epoch in ``state``, evaluate the greedy policy, keep it as ``best.d3`` when it is
+    the best so far, write the checkpoint; returns the epoch's metrics and the checkpoint."""
+    state["epoch"] += 1
+    state["step"] = step
+    state["grad_steps"] = int(algo.grad_step)
+    state["wall_seconds"] += dt
+    metrics = {
+        "epoch": state["epoch"],
+        "step": step,
+        "train_return": float(np.mean(recent_returns)) if recent_returns else float("nan"),
+        "episodes": state["episodes"],
+        "steps_per_second": (step - state["history"][-1]["step"] if state["history"] else step) / max(dt, 1e-9),
+        **{k: float(np.mean(v)) for k, v in losses.items()},
+        **evaluate_algo(algo, scenario, cfg.eval_episodes, seed=10_000 + cfg.seed),
+    }
+    state["history"].append(metrics)
+    best = state.get("best")
+    if best is None or metrics["eval_return"] > best["eval_return"]:
+        # keep the best greedy policy seen so far (DQN's return can swing between epochs)
+        state["best"] = {"epoch": state["epoch"], "step": step, "eval_return": metrics["eval_return"]}
+        tmp = out / f".best.d3.tmp-{os.getpid()}"
+        algo.save(str(tmp))
+        os.replace(tmp, out / "best.d3")
+    return metrics, _write_checkpoint(out, state["epoch"], algo, buffer, state)
+
+
+def _finish(out: Path, algo, state: dict) -> None:
+    """``final.d3`` (the last policy), ``model.d3`` (the best epoch by evaluation, the final one
+    if it is the best: the policy to ship) and ``training.json``."""
     algo.save(str(out / "final.d3"))
-    # model.d3: the policy to ship, the best epoch by evaluation (the final one if it is the best)
     shutil.copyfile(out / "best.d3" if (out / "best.d3").is_file() else out / "final.d3", out / "model.d3")
     (out / "training.json").write_text(json.dumps(state, indent=2))
-    return state
 
 
 def quiet_d3rlpy() -> None:

@@ -257,10 +257,7 @@ class CureFuzz(Fuzzer):
         parent_ret = proposal.tags.get("parent_return", np.full(n, np.nan)).astype(np.float64)
         returns = np.asarray(feedback.returns, dtype=np.float64)
         failure = np.asarray(feedback.failure, dtype=bool)
-        trajs = [np.asarray(t, dtype=np.float32).reshape(-1, self.scenario.obs_dim) for t in feedback.traj_obs]
-        final = np.stack([t[-1] if len(t) else np.zeros(self.scenario.obs_dim, np.float32) for t in trajs])
-        trajs = evenly_spaced(trajs, self.rnd_states_per_episode)
-        visited = np.concatenate(trajs, axis=0)
+        trajs, final, visited = self._visited(feedback)
         first = self.rnd.count == 0
         if first:  # standardise from the very first states on
             self.rnd.update_normalizer(visited)
@@ -269,7 +266,49 @@ class CureFuzz(Fuzzer):
         novelty = self.rnd.trajectory_novelty(trajs)
         self.ref_novelty = self._update_reference(self.ref_novelty, novelty)
         novelty_rel = novelty / max(self.ref_novelty, 1e-12)
+        entropy, entropy_rel = self._episode_entropy(final, parents, n)
 
+        for kind in ("seed", "twin", "mutant", "sample"):
+            self.counters[kind + "s"] += int(np.sum(kinds == kind))
+        self.counters["episodes"] += n
+        self.counters["failures"] += int(failure.sum())
+        # twins and mutants measure their parent's entropy (the first measurement counts)
+        if self.entropy_on and len(self.corpus):
+            self._record_parent_entropy(parents, entropy_rel)
+
+        # new corpus members: non-failing seeds, and mutants that pass the CureFuzz rule
+        rel = self.threshold_mode == "relative"
+        is_seed = np.isin(kinds, _SEED_KINDS) & (~failure | self.keep_failing_seeds)
+        is_mut = kinds == "mutant"
+        lower, curious, entropic, accept = self._accept_mutants(
+            is_mut, failure, returns < parent_ret, novelty_rel if rel else novelty, entropy_rel if rel else entropy)
+        add = is_seed | accept
+        # the generation's per-episode scores, for logging and inspection
+        self.last_observed = {"kind": kinds, "return": returns, "failure": failure, "novelty": novelty,
+                              "novelty_rel": novelty_rel, "entropy": entropy, "entropy_rel": entropy_rel,
+                              "lower_return": lower, "curious": curious, "entropic": entropic,
+                              "accepted": accept, "added": add}
+        if add.any():
+            self._add_to_corpus(proposal.states[add], kinds[add], is_mut[add], final[add], parents[add], **{
+                "return": returns[add], "novelty": novelty[add], "novelty_rel": novelty_rel[add],
+                "entropy_rel": entropy_rel[add]})
+        # keep final observations of corpus seeds only
+        if len(self._final) > len(self.corpus):
+            live = set(self.corpus.ids.tolist())
+            self._final = {k: v for k, v in self._final.items() if k in live}
+        self._learn(visited, first, n)
+
+    def _visited(self, feedback: Feedback):
+        """(the trajectories thinned to ``rnd_states_per_episode`` states, each episode's final
+        observation, all thinned states in one array)."""
+        trajs = [np.asarray(t, dtype=np.float32).reshape(-1, self.scenario.obs_dim) for t in feedback.traj_obs]
+        final = np.stack([t[-1] if len(t) else np.zeros(self.scenario.obs_dim, np.float32) for t in trajs])
+        trajs = evenly_spaced(trajs, self.rnd_states_per_episode)
+        return trajs, final, np.concatenate(trajs, axis=0)
+
+    def _episode_entropy(self, final: np.ndarray, parents: np.ndarray, n: int):
+        """(raw, relative) entropy of every episode that has a parent (NaN elsewhere, or all NaN
+        when the entropy objective is off); updates the running reference."""
         entropy = np.full(n, np.nan)
         entropy_rel = np.full(n, np.nan)
         if self.entropy_on:
@@ -278,33 +317,27 @@ class CureFuzz(Fuzzer):
                 entropy[has_parent] = self._entropy(final[has_parent], parents[has_parent])
             self.ref_entropy = self._update_reference(self.ref_entropy, entropy)
             entropy_rel = entropy / max(self.ref_entropy, 1e-12)
+        return entropy, entropy_rel
 
-        rel = self.threshold_mode == "relative"
-        nov_score = novelty_rel if rel else novelty
-        ent_score = entropy_rel if rel else entropy
+    def _record_parent_entropy(self, parents: np.ndarray, entropy_rel: np.ndarray) -> None:
+        """A corpus seed without an entropy takes the first one measured against it."""
         c = self.corpus
-        for kind in ("seed", "twin", "mutant", "sample"):
-            self.counters[kind + "s"] += int(np.sum(kinds == kind))
-        self.counters["episodes"] += n
-        self.counters["failures"] += int(failure.sum())
+        rows = np.flatnonzero((parents >= 0) & np.isfinite(entropy_rel))
+        j = c.index_of(parents[rows])
+        ok = j >= 0
+        rows, j = rows[ok], j[ok]
+        _, first_of = np.unique(j, return_index=True)  # one measurement per parent: the first
+        rows, j = rows[first_of], j[first_of]
+        unset = ~np.isfinite(c.scores["entropy"][j])
+        c.scores["entropy"][j[unset]] = entropy_rel[rows[unset]]
 
-        # twins and mutants measure their parent's entropy (the first measurement counts)
-        if self.entropy_on and len(c):
-            rows = np.flatnonzero((parents >= 0) & np.isfinite(entropy_rel))
-            j = c.index_of(parents[rows])
-            ok = j >= 0
-            rows, j = rows[ok], j[ok]
-            _, first_of = np.unique(j, return_index=True)  # one measurement per parent: the first
-            rows, j = rows[first_of], j[first_of]
-            unset = ~np.isfinite(c.scores["entropy"][j])
-            c.scores["entropy"][j[unset]] = entropy_rel[rows[unset]]
-
-        # new corpus members: non-failing seeds, and mutants that pass the CureFuzz rule
-        is_seed = np.isin(kinds, _SEED_KINDS) & (~failure | self.keep_failing_seeds)
-        is_mut = kinds == "mutant"
-        lower = is_mut & (returns < parent_ret)
+    def _accept_mutants(self, is_mut, failure, lowers_return, nov_score, ent_score):
+        """CureFuzz's corpus rule for non-failing mutants: a lower return than the parent's,
+        novelty above ``novelty_threshold`` or entropy above ``entropy_threshold``; counts the
+        decisions. Returns the (lower, curious, entropic, accept) masks."""
+        lower = is_mut & lowers_return
         curious = is_mut & (nov_score > self.novelty_threshold)
-        entropic = is_mut & (ent_score > self.entropy_threshold) if self.entropy_on else np.zeros(n, bool)
+        entropic = is_mut & (ent_score > self.entropy_threshold) if self.entropy_on else np.zeros(is_mut.size, bool)
         accept = is_mut & ~failure & (lower | curious | entropic)
         self.counters["mutant_failures"] += int(np.sum(is_mut & failure))
         self.counters["accepted"] += int(accept.sum())
@@ -312,29 +345,23 @@ class CureFuzz(Fuzzer):
         self.counters["accepted_novelty"] += int(np.sum(accept & curious))
         self.counters["accepted_entropy"] += int(np.sum(accept & entropic))
         self.counters["rejected"] += int(np.sum(is_mut & ~failure & ~accept))
-        add = is_seed | accept
-        # the generation's per-episode scores, for logging and inspection
-        self.last_observed = {"kind": kinds, "return": returns, "failure": failure, "novelty": novelty,
-                              "novelty_rel": novelty_rel, "entropy": entropy, "entropy_rel": entropy_rel,
-                              "lower_return": lower, "curious": curious, "entropic": entropic,
-                              "accepted": accept, "added": add}
-        if add.any():
-            new_ids = c.add(proposal.states[add], energy=1.0, **{
-                "return": returns[add], "novelty": novelty[add], "novelty_rel": novelty_rel[add],
-                "entropy": np.where(is_mut[add], entropy_rel[add], np.nan),
-                "count": float(self.seed_energy), "parent": parents[add].astype(np.float64),
-                "generation": float(self.generation)})
-            if self.entropy_on:
-                for sid, f in zip(new_ids, final[add]):
-                    self._final[int(sid)] = f
-                if self.phase == "sampling":
-                    self._pending.extend(int(s) for s, k in zip(new_ids, kinds[add]) if k == "seed")
-        # keep final observations of corpus seeds only
-        if len(self._final) > len(c):
-            live = set(c.ids.tolist())
-            self._final = {k: v for k, v in self._final.items() if k in live}
+        return lower, curious, entropic, accept
 
-        # the predictor learns the generation's visited states
+    def _add_to_corpus(self, states, kinds, is_mut, final, parents, *, entropy_rel, **scores) -> None:
+        """New corpus seeds with a fresh energy budget (mutants keep their measured entropy);
+        with entropy on, remember their final observations and, while sampling, owe seeds a twin."""
+        new_ids = self.corpus.add(states, energy=1.0, **{
+            **scores, "entropy": np.where(is_mut, entropy_rel, np.nan),
+            "count": float(self.seed_energy), "parent": parents.astype(np.float64),
+            "generation": float(self.generation)})
+        if self.entropy_on:
+            for sid, f in zip(new_ids, final):
+                self._final[int(sid)] = f
+            if self.phase == "sampling":
+                self._pending.extend(int(s) for s, k in zip(new_ids, kinds) if k == "seed")
+
+    def _learn(self, visited: np.ndarray, first: bool, n: int) -> None:
+        """The predictor learns the generation's visited states."""
         if not first:
             self.rnd.update_normalizer(visited)
         steps = math.ceil(self.rnd_updates_per_episode * n)

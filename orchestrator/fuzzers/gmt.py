@@ -1,5 +1,8 @@
 """GMT — Generative Model-based Testing (Li et al., ASE 2023): a guided diffusion test generator.
 
+One file on purpose: the small DDPM (β schedule, denoiser, sampler, AdamW) exists only for GMT,
+and the module reads top to bottom like the paper's method: the model, then the guided loop.
+
 A small DDPM (Ho et al., 2020) learns the distribution of the initial states executed so far and
 generates the next ones. Its training set is weighted by GMT's guidance, the *termination-state
 novelty* of each executed case: the episode's final observation falls in a cell of a grid over
@@ -360,11 +363,19 @@ class GMT(Fuzzer):
         self.random_fraction = float(random_fraction)
         self.num_threads = None if not num_threads else int(num_threads)
 
-        sc = scenario
+        self._set_bounds(grid_low, grid_high)
+        self._build_model(hidden, layers, time_dim, activation, clip_denoised)
+        self._reset_training_set()
+
+    def _set_bounds(self, grid_low, grid_high) -> None:
+        """The modelled dimensions (nonzero width) and the termination-state grid's bounds
+        (given, or None until the first terminal states are seen)."""
+        sc = self.scenario
         self.low = np.asarray(sc.low, dtype=np.float64)
         self.high = np.asarray(sc.high, dtype=np.float64)
         self.active = np.flatnonzero(self.high > self.low)  # modelled dimensions
         self.width = (self.high - self.low)[self.active]
+
         def per_obs_dim(v):
             return None if v is None else np.broadcast_to(np.asarray(v, np.float64), (sc.obs_dim,)).copy()
 
@@ -374,11 +385,15 @@ class GMT(Fuzzer):
         if self._grid_lo is not None and not np.all(self._grid_hi > self._grid_lo):
             raise ValueError("gmt: grid_high must exceed grid_low in every dimension")
 
+    def _build_model(self, hidden: int, layers: int, time_dim: int, activation: str, clip_denoised: bool) -> None:
+        """The denoiser (weights drawn from ``self.rng``), its DDPM and the AdamW optimizer."""
         self.model = NoiseMLP(max(self.active.size, 1), hidden, layers, time_dim, self.diffusion_steps, activation)
         self.model.reset_parameters(_torch_gen(self.rng))
         self.ddpm = DDPM(self.model, self.diffusion_steps, self.schedule, clip_denoised)
         self.opt = AdamW(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay)
 
+    def _reset_training_set(self) -> None:
+        """No executed cases yet: empty training set, grid counts and pool; counters at zero."""
         # training set (all executed cases), normalized active coordinates + guidance metrics
         self.data_x = np.zeros((0, self.active.size), dtype=np.float32)
         self.data_nov = np.zeros(0)

@@ -1,5 +1,8 @@
 """MDPFuzz (Pang, Yuan and Wang, ISSTA 2022): sensitivity-prioritised fuzzing with GMM "freshness".
 
+One file on purpose: the online GMM (DynEM), the trajectory density and the fuzzer read top to
+bottom like the paper's Algorithm 1 and its freshness model.
+
 The paper's Algorithm 1, as deltarl runs it in generations (``n = 1`` is the serial algorithm):
 
 *Sampling phase.* Every seed ``s`` comes from ``scenario.sample``; a perturbed *twin*
@@ -487,53 +490,14 @@ class MDPFuzz(Fuzzer):
 
         # 1. density ("freshness") of every seed and mutant trajectory, with the GMMs as they stand
         prim = np.flatnonzero(kind != "twin")
-        logd = np.zeros(0)
-        cache = None
-        if prim.size:
-            trajs = [feedback.traj_obs[i] for i in prim]
-            if self.gmm_s is None:
-                self._init_gmms(trajs)
-            logd, cache = trajectory_log_density(self.gmm_s, self.gmm_c, trajs, ratio_cap=self.ratio_cap,
-                                                 return_cache=True)
-            self._counters["scored_trajectories"] += int(prim.size)
-            fin = logd[np.isfinite(logd)]
-            self._last_log_density = float(fin.mean()) if fin.size else float("-inf")
+        logd, cache = self._freshness([feedback.traj_obs[i] for i in prim])
 
         # 2. seeds and mutants, in proposal order
         for j, i in enumerate(prim):
-            p = int(pair[i])
             if kind[i] == "seed":
-                rec = self._open.get(p)
-                if rec is None:
-                    continue
-                rec.update(ret=float(returns[i]), log_density=float(logd[j]), failure=bool(failure[i]))
-                self._maybe_finish(p)
-                continue
-            # a mutant
-            parent_id = int(proposal.tags["parent"][i])
-            if failure[i]:
-                if self.drop_parent_on_failure:
-                    self._remove_ids([parent_id])
-                continue
-            by_return = bool(returns[i] < proposal.tags["parent_return"][i])
-            fresh = bool(logd[j] < self.log_tau)
-            if not (by_return or fresh):
-                continue
-            self._counters["accepted"] += 1
-            self._counters["accepted_by_return"] += int(by_return)
-            self._counters["accepted_by_freshness"] += int(fresh)
-            rec = {"kind": "mutant", "state": np.array(proposal.states[i], dtype=np.float64),
-                   "parent": parent_id, "ret": float(returns[i]), "log_density": float(logd[j]),
-                   "failure": False, "twin_ret": None, "twin_state": None}
-            if self.mutant_sensitivity == "parent":
-                # the authors' code: the parent serves as the perturbed run (no extra episode)
-                rec["twin_ret"] = float(proposal.tags["parent_return"][i])
-                rec["delta_norm"] = float(proposal.tags["delta_norm"][i])
-                self._open[p] = rec
-                self._maybe_finish(p)
+                self._seed_ran(int(pair[i]), returns[i], logd[j], failure[i])
             else:
-                self._open[p] = rec
-                self._queue.append(p)
+                self._mutant_ran(proposal, i, returns[i], logd[j], failure[i])
 
         # 3. twins complete their seed's / mutant's record
         for i in np.flatnonzero(kind == "twin"):
@@ -547,15 +511,70 @@ class MDPFuzz(Fuzzer):
 
         # 4. DynEM on the fresh trajectories (in proposal order)
         if cache is not None:
-            fresh_rows = np.flatnonzero(logd < self.log_tau)
-            self._counters["fresh_trajectories"] += int(fresh_rows.size)
-            if fresh_rows.size:
-                states, pairs_x, lcs, lcc, state_seg, pair_seg = cache
-                ms = np.isin(state_seg, fresh_rows)
-                mc = np.isin(pair_seg, fresh_rows)
-                self.gmm_s.update(states[ms], lcs[ms])
-                if mc.any():
-                    self.gmm_c.update(pairs_x[mc], lcc[mc])
+            self._dyn_em(logd, cache)
+
+    def _freshness(self, trajs: list):
+        """(log density of each trajectory, the densities' cache for DynEM); the GMMs are built
+        from the first trajectories ever scored. ``(empty, None)`` without trajectories."""
+        if not trajs:
+            return np.zeros(0), None
+        if self.gmm_s is None:
+            self._init_gmms(trajs)
+        logd, cache = trajectory_log_density(self.gmm_s, self.gmm_c, trajs, ratio_cap=self.ratio_cap,
+                                             return_cache=True)
+        self._counters["scored_trajectories"] += len(trajs)
+        fin = logd[np.isfinite(logd)]
+        self._last_log_density = float(fin.mean()) if fin.size else float("-inf")
+        return logd, cache
+
+    def _seed_ran(self, p: int, ret: float, log_density: float, failed: bool) -> None:
+        """A seed's own episode: recorded; the seed joins the corpus once its twin ran too."""
+        rec = self._open.get(p)
+        if rec is None:
+            return
+        rec.update(ret=float(ret), log_density=float(log_density), failure=bool(failed))
+        self._maybe_finish(p)
+
+    def _mutant_ran(self, proposal: Proposal, i: int, ret: float, log_density: float, failed: bool) -> None:
+        """A mutant is kept when it does not fail and lowers its parent's return or is fresh; a
+        kept one waits for its sensitivity (its twin, or its parent with ``mutant_sensitivity="parent"``)."""
+        p = int(proposal.tags["pair"][i])
+        parent_id = int(proposal.tags["parent"][i])
+        if failed:
+            if self.drop_parent_on_failure:
+                self._remove_ids([parent_id])
+            return
+        by_return = bool(ret < proposal.tags["parent_return"][i])
+        fresh = bool(log_density < self.log_tau)
+        if not (by_return or fresh):
+            return
+        self._counters["accepted"] += 1
+        self._counters["accepted_by_return"] += int(by_return)
+        self._counters["accepted_by_freshness"] += int(fresh)
+        rec = {"kind": "mutant", "state": np.array(proposal.states[i], dtype=np.float64),
+               "parent": parent_id, "ret": float(ret), "log_density": float(log_density),
+               "failure": False, "twin_ret": None, "twin_state": None}
+        if self.mutant_sensitivity == "parent":
+            # the authors' code: the parent serves as the perturbed run (no extra episode)
+            rec["twin_ret"] = float(proposal.tags["parent_return"][i])
+            rec["delta_norm"] = float(proposal.tags["delta_norm"][i])
+            self._open[p] = rec
+            self._maybe_finish(p)
+        else:
+            self._open[p] = rec
+            self._queue.append(p)
+
+    def _dyn_em(self, logd: np.ndarray, cache) -> None:
+        """Both mixtures learn the trajectories whose density is below τ, in proposal order."""
+        fresh_rows = np.flatnonzero(logd < self.log_tau)
+        self._counters["fresh_trajectories"] += int(fresh_rows.size)
+        if fresh_rows.size:
+            states, pairs_x, lcs, lcc, state_seg, pair_seg = cache
+            ms = np.isin(state_seg, fresh_rows)
+            mc = np.isin(pair_seg, fresh_rows)
+            self.gmm_s.update(states[ms], lcs[ms])
+            if mc.any():
+                self.gmm_c.update(pairs_x[mc], lcc[mc])
 
     def _init_gmms(self, trajs: list) -> None:
         """K means from the first states (resp. consecutive pairs) seen; covariances init_cov·I."""
