@@ -14,7 +14,7 @@ $(BIN)/.deltarl-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[test,rlzoo]'
 	# the CoopNavi reference check compares with mpe2; its pygame-ce dependency would replace
 	# gymnasium's pygame, so it comes without dependencies (it needs none at test time)
 	$(BIN)/pip install -q --no-deps "pettingzoo==1.27.0" "mpe2==1.1.1"

@@ -19,6 +19,20 @@ def test_the_zoo_ships_agents():
     assert CARDS, "experiments/zoo holds no agent"
     names = {p.parent.name for p in CARDS}
     assert {"CartPole-v1-ddqn", "Acrobot-v1-ddqn", "MountainCar-v0-ddqn"} <= names
+    # third-party agents (rl-baselines3-zoo) answer zoo:Walker2d-v5 and zoo:BipedalWalker
+    assert {"Walker2d-v5-rlzoo", "BipedalWalker-rlzoo", "Walker2d-v5-sac-deltarl"} <= names
+
+
+def test_third_party_cards_are_honest():
+    for card_path in CARDS:
+        card = json.loads(card_path.read_text())
+        by = card.get("trained_by", "deltarl")
+        if not by.startswith("deltarl") and card["steps"] > 0:  # trained elsewhere
+            for key in ("licence", "source", "trained_on"):
+                assert card.get(key), f"{card_path.parent.name}: the card lacks {key}"
+            assert (card_path.parent / "LICENSE").is_file()
+            assert "not trained by deltarl" in card["algorithm"]
+            assert card["training_wall_seconds"] is None  # unknown, not invented
 
 
 @pytest.mark.slow
@@ -28,7 +42,7 @@ def test_evaluate_reproduces_the_card(card_path):
 
     card = json.loads(card_path.read_text())
     agent = card_path.parent
-    if card["steps"] > 0:  # trained by deltarl (not an external agent such as the ACAS Xu networks)
+    if card["steps"] > 0 and card.get("trained_by", "deltarl").startswith("deltarl"):  # trained by deltarl
         for f in FILES:
             assert (agent / f).is_file()
     assert card["files"], f"{agent.name}: the card lists no files"

@@ -23,7 +23,14 @@ URI forms (a ``file://`` prefix is accepted for every path form):
 ``path/to/model.zip``
     A Stable-Baselines3 model (needs ``stable-baselines3``). The algorithm is read from the
     zip (the module of the saved policy class) and otherwise DQN/PPO/A2C/SAC/TD3/DDPG are
-    tried in turn; acts with ``predict(obs, deterministic=True)``.
+    tried in turn; acts with ``predict(obs, deterministic=True)``. Models saved with old
+    ``gym`` spaces load too (no shimmy needed). A ``.zip`` whose folder has ``<env>/config.yml``
+    is an rl-baselines3-zoo agent and loads as ``rlzoo:`` below.
+``rlzoo:path/to/<algo>/<env>_1`` (or the ``.zip`` in it; a bare agent folder path also works)
+    An rl-baselines3-zoo agent as published (its trained-agents repository, model hubs): the
+    algorithm from ``args.yml`` (sb3-contrib's TQC, QR-DQN, TRPO, ARS, CrossQ with the ``rlzoo``
+    extra), loaded as rl-zoo's ``enjoy.py`` does, observations normalised with
+    ``vecnormalize.pkl`` when ``config.yml`` sets ``normalize``. See :mod:`workers.policies.rlzoo`.
 ``python:module:attr`` (``attr`` may be dotted; ``module`` may also be a path to a ``.py`` file)
     A black-box agent. ``attr`` is resolved and turned into an agent by this rule:
 
@@ -43,6 +50,11 @@ URI forms (a ``file://`` prefix is accepted for every path form):
     actions are a seeded pseudo-random *function of the observation* (a hash of SEED and
     the observation's bits), so they are reproducible and independent of how episodes
     are batched.
+
+``zoo:NAME``
+    An agent shipped in ``experiments/zoo`` (``$DELTARL_ZOO``): the folder ``NAME``, else the one
+    folder ``NAME-SUFFIX`` (``zoo:Walker2d-v5`` is the rl-zoo SAC agent ``Walker2d-v5-rlzoo``);
+    its ``policy.pt``, else ``model.d3``, else its rl-zoo ``.zip``.
 
 Output conventions of TorchScript / ONNX / python: models (the raw output ``y``):
 

@@ -1,13 +1,20 @@
 """Policies from model files: d3rlpy ``.d3``, TorchScript, ONNX and Stable-Baselines3 ``.zip``.
 
 Loading a ``.d3`` or SB3 ``.zip`` file unpickles it: a model file from someone else is code.
+SB3 models saved with old ``gym`` spaces load without ``shimmy``: their spaces are rebuilt as
+gymnasium spaces from the pickled state (:func:`old_gym_spaces`), and the training-only
+schedules are replaced by constants (:func:`sb3_custom_objects`), as rl-zoo's ``enjoy.py`` does.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import importlib
 import importlib.util
+import io
 import json
+import pickle
 import warnings
 import zipfile
 
@@ -62,8 +69,24 @@ class D3rlpyPolicy(Policy):
         self.action = self.model_action
 
     def _forward(self, obs):
+        if type(self.algo).__name__ in STOCHASTIC_PREDICT:
+            # these algorithms sample candidate actions when they act (BCQ: 100 from its VAE): seed
+            # the sampling from the observations, so that acting is a function of the input (a
+            # replay in another process gives the same actions) and the global stream is untouched
+            with torch.random.fork_rng(devices=[]), torch.inference_mode():
+                torch.manual_seed(_obs_seed(obs))
+                return np.asarray(self.algo.predict(obs))
         with torch.inference_mode():
             return np.asarray(self.algo.predict(obs))
+
+
+# d3rlpy algorithms whose predict() draws random numbers (continuous BCQ, BEAR, PLAS sample actions)
+STOCHASTIC_PREDICT = frozenset({"BCQ", "BEAR", "PLAS", "PLASWithPerturbation"})
+
+
+def _obs_seed(obs: np.ndarray) -> int:
+    """A 63-bit seed from the bytes of a batch of observations."""
+    return int.from_bytes(hashlib.blake2b(np.ascontiguousarray(obs).tobytes(), digest_size=8).digest(), "little") >> 1
 
 
 class TorchScriptPolicy(Policy):
@@ -193,7 +216,134 @@ class OnnxPolicy(Policy):
         return y
 
 
+# ---------------------------------------------------------------------------------------------
+# reading the data of old SB3 / rl-zoo files without running their pickles' code
+# ---------------------------------------------------------------------------------------------
+class Inert:
+    """Stand-in for a pickled space, VecNormalize or RunningMeanStd: keeps the state, runs nothing."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __setstate__(self, state):
+        if isinstance(state, tuple) and len(state) == 2:  # (dict state, slot state)
+            merged = {}
+            for part in state:
+                if isinstance(part, dict):
+                    merged.update(part)
+            state = merged
+        if isinstance(state, dict):
+            self.__dict__.update(state)
+
+
+def _inert_factory(*args, **kwargs):
+    return Inert()
+
+
+_INERT_CLASSES = {
+    ("stable_baselines3.common.vec_env.vec_normalize", "VecNormalize"),
+    ("stable_baselines3.common.running_mean_std", "RunningMeanStd"),
+}
+_SPACE_MODULES = ("gym.spaces.", "gymnasium.spaces.")
+_NUMPY = {
+    ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+    ("numpy", "ndarray"), ("numpy", "dtype"),
+}
+_RNG = {"__randomstate_ctor", "__bit_generator_ctor", "__generator_ctor"}
+_BUILTINS = {("collections", "OrderedDict"), ("collections", "deque"), ("builtins", "set"),
+             ("builtins", "frozenset"), ("builtins", "tuple"), ("builtins", "list"), ("builtins", "dict"),
+             ("builtins", "object"), ("copyreg", "_reconstructor")}
+
+
+class InertUnpickler(pickle.Unpickler):
+    """Unpickles spaces (gym or gymnasium), VecNormalize and RunningMeanStd as :class:`Inert`
+    stand-ins, numpy arrays as arrays, and refuses every other global."""
+
+    def find_class(self, module, name):
+        if (module, name) in _INERT_CLASSES or module.startswith(_SPACE_MODULES):
+            return Inert
+        if module == "numpy.random._pickle" and name in _RNG:
+            return _inert_factory
+        if (module, name) in _NUMPY:
+            if module.startswith("numpy.core") or module.startswith("numpy._core"):
+                for mod in ("numpy._core.multiarray", "numpy.core.multiarray"):
+                    try:
+                        return getattr(importlib.import_module(mod), name)
+                    except (ImportError, AttributeError):
+                        continue
+            return getattr(np, name)
+        if (module, name) in _BUILTINS:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"unexpected object {module}.{name}")
+
+
+def old_gym_spaces(data: dict) -> dict:
+    """gymnasium spaces for the old ``gym`` spaces of an SB3 zip's ``data`` (for ``custom_objects``).
+
+    Models saved before SB3 2.0 pickled ``gym.spaces`` objects, which SB3 only converts when
+    ``shimmy`` is installed. Their state (shape, dtype, bounds, n) is read with
+    :class:`InertUnpickler` and rebuilt as the gymnasium space of the same class, as shimmy's
+    conversion does, for Box, Discrete, MultiDiscrete and MultiBinary; other spaces are left to SB3.
+    """
+    import gymnasium
+
+    out = {}
+    for key in ("observation_space", "action_space"):
+        item = data.get(key)
+        if not isinstance(item, dict) or ":serialized:" not in item:
+            continue
+        kind = str(item.get(":type:", ""))
+        if "gym.spaces" not in kind or "gymnasium" in kind:
+            continue
+        try:
+            obj = InertUnpickler(io.BytesIO(base64.b64decode(item[":serialized:"]))).load()
+            st = obj.__dict__ if isinstance(obj, Inert) else {}
+            name = kind.rsplit(".", 1)[-1].rstrip("'>")
+            if name == "Box":
+                low, high = np.asarray(st["low"]), np.asarray(st["high"])
+                dtype = np.dtype(st.get("dtype", low.dtype))
+                shape = tuple(int(d) for d in (st.get("_shape") or st.get("shape") or low.shape))
+                out[key] = gymnasium.spaces.Box(low=low.astype(dtype), high=high.astype(dtype), shape=shape,
+                                                dtype=dtype)
+            elif name == "Discrete":
+                out[key] = gymnasium.spaces.Discrete(int(st["n"]), start=int(st.get("start", 0)))
+            elif name == "MultiDiscrete":
+                out[key] = gymnasium.spaces.MultiDiscrete(np.asarray(st["nvec"]))
+            elif name == "MultiBinary":
+                n = st["n"]
+                out[key] = gymnasium.spaces.MultiBinary(int(n) if np.ndim(n) == 0 else list(np.asarray(n)))
+        except Exception:  # noqa: BLE001 - leave this space to SB3 (and its shimmy path)
+            continue
+    return out
+
+
 _SB3_ALGOS = ("DQN", "PPO", "A2C", "SAC", "TD3", "DDPG")
+
+
+class _Constant:
+    """A picklable constant schedule (``lambda _: 0.0`` does not pickle)."""
+
+    def __init__(self, value: float):
+        self.value = value
+
+    def __call__(self, _progress) -> float:
+        return self.value
+
+
+def sb3_custom_objects() -> dict:
+    """``custom_objects`` for ``load`` as rl-zoo's ``enjoy.py`` passes them: the training-only
+    schedules (learning rate, clip range, DQN/QR-DQN exploration, ARS noise) as constants, so
+    pickles of old Python functions ("code expected at least 16 arguments") are never needed."""
+    const = _Constant(0.0)
+    return {
+        "learning_rate": 0.0,
+        "lr_schedule": const,
+        "clip_range": const,
+        "clip_range_vf": None,
+        "exploration_schedule": const,
+        "delta_std_schedule": const,
+    }
 
 
 class SB3Policy(Policy):
@@ -218,7 +368,7 @@ class SB3Policy(Policy):
                 "model.save(path)"
             ) from e
         candidates = _sb3_candidates(data)
-        custom = {"learning_rate": 0.0, "lr_schedule": lambda _: 0.0, "clip_range": lambda _: 0.0}
+        custom = {**sb3_custom_objects(), **old_gym_spaces(data)}
         errors = []
         model = None
         for name in candidates:

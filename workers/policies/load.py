@@ -1,5 +1,6 @@
 """``load_policy(uri, scenario, device)``: pick the format from the URI, load, check against the
-scenario; ``zoo:NAME`` resolves through the agent zoo.
+scenario; ``zoo:NAME`` resolves through the agent zoo; ``rlzoo:PATH`` (and a ``.zip`` or folder
+in rl-baselines3-zoo's layout) loads an rl-zoo agent.
 """
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ from workers.policies.formats import (
     SB3Policy,
     TorchScriptPolicy,
 )
+from workers.policies.rlzoo import RLZooPolicy, find_agent, is_zoo_folder, stats_dir_for
 from workers.resources import zoo_dir
+
+_SUPPORTED = f"{SUPPORTED_URIS}; or rlzoo:FOLDER (an rl-baselines3-zoo agent folder)"
 
 
 def _strip_file_uri(uri: str) -> str:
@@ -87,22 +91,29 @@ def load_policy(uri: str, scenario=None, device: str | None = None) -> Policy:
         policy: Policy = RandomPolicy(uri, seed, scenario, dev)
     elif low.startswith("python:"):
         policy = PythonPolicy(uri, target.split(":", 1)[1], dev)
+    elif low.startswith("rlzoo:"):
+        path = os.path.abspath(os.path.expanduser(_strip_file_uri(target.split(":", 1)[1].strip())))
+        policy = RLZooPolicy(uri, path, dev, scenario)
     else:
         path = os.path.abspath(os.path.expanduser(_strip_file_uri(target)))
         ext = _extension(path)
-        if ext not in (".d3", ".onnx", ".zip") + TORCHSCRIPT_EXTENSIONS:
+        if os.path.isdir(path) and is_zoo_folder(path):
+            ext = "rlzoo"
+        elif ext not in (".d3", ".onnx", ".zip") + TORCHSCRIPT_EXTENSIONS:
             raise PolicyError(
                 f"don't know how to load {uri!r}: unknown extension {ext or '(none)'!r}. "
-                f"Supported: {SUPPORTED_URIS}"
+                f"Supported: {_SUPPORTED}"
             )
         if not os.path.exists(path):
             raise PolicyError(
                 f"policy file not found: {path}" + (f" (from {uri!r})" if path != uri else "")
                 + "; check the path"
             )
-        if not os.path.isfile(path):
+        if ext != "rlzoo" and not os.path.isfile(path):
             raise PolicyError(f"policy path is not a file: {path}")
-        if ext == ".d3":
+        if ext == "rlzoo" or (ext == ".zip" and stats_dir_for(path) is not None):
+            policy = RLZooPolicy(uri, path, dev, scenario)  # rl-zoo's layout: <env>.zip beside <env>/config.yml
+        elif ext == ".d3":
             policy = D3rlpyPolicy(uri, path, dev)
         elif ext == ".onnx":
             policy = OnnxPolicy(uri, path, dev)
@@ -118,7 +129,12 @@ def load_policy(uri: str, scenario=None, device: str | None = None) -> Policy:
 
 def resolve_zoo_uri(uri: str) -> Path:
     """``zoo:CartPole-v1`` (or ``zoo:CartPole-v1-ddqn``) -> the agent's TorchScript file
-    (``policy.pt``), else its d3rlpy model (``model.d3``)."""
+    (``policy.pt``), else its d3rlpy model (``model.d3``), else, for a third-party agent kept in
+    rl-baselines3-zoo's layout, its ``.zip`` (which :func:`load_policy` loads as an rl-zoo agent).
+
+    ``zoo:NAME`` names the folder ``NAME``, else the one folder ``NAME-SUFFIX`` whose name less
+    its last ``-SUFFIX`` is ``NAME`` (so ``Walker2d-v5-rlzoo`` answers ``zoo:Walker2d-v5``, and
+    ``Walker2d-v5-sac-deltarl`` only its full name)."""
     name = uri.split(":", 1)[1].strip()
     root = zoo_dir()
     candidates = [root / name] if (root / name).is_dir() else sorted(
@@ -132,7 +148,10 @@ def resolve_zoo_uri(uri: str) -> Path:
     for f in ("policy.pt", "model.d3"):
         if (candidates[0] / f).is_file():
             return candidates[0] / f
-    raise PolicyError(f"zoo agent {candidates[0].name} has neither policy.pt nor model.d3 in {candidates[0]}")
+    if is_zoo_folder(candidates[0]):
+        return find_agent(candidates[0]).model
+    raise PolicyError(f"zoo agent {candidates[0].name} has neither policy.pt nor model.d3 (nor an rl-zoo "
+                      f"model: <env>.zip beside <env>/config.yml) in {candidates[0]}")
 
 
 def _extension(path: str) -> str:
