@@ -268,6 +268,7 @@ def _start_or_resume(cfg: AutTrainConfig, out: Path, env, resume: bool, device: 
     else:
         state = {"config": asdict(cfg), "step": 0, "epoch": 0, "grad_steps": 0, "episodes": 0,
                  "wall_seconds": 0.0, "history": []}
+        d3rlpy.seed(cfg.seed)  # the networks' initial weights come from torch's global generator
         algo = make_algo(cfg, device)
         algo.build_with_env(env)
         buffer = d3rlpy.dataset.create_fifo_replay_buffer(limit=cfg.buffer_size, env=env)
