@@ -15,7 +15,7 @@ from envs.base import ActionSpec
 TORCHSCRIPT_EXTENSIONS = (".pt", ".ts", ".torchscript")
 SUPPORTED_URIS = (
     "a d3rlpy file (.d3), TorchScript (.pt/.ts/.torchscript), ONNX (.onnx), "
-    "Stable-Baselines3 (.zip), python:module:attr, random:SEED, or zoo:NAME"
+    "Stable-Baselines3 (.zip), an rl-baselines3-zoo folder (rlzoo:PATH), python:module:attr, random:SEED, or zoo:NAME"
 )
 _META_NAME = "deltarl.json"  # TorchScript extra file / ONNX metadata key written by the exporters
 
