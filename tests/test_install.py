@@ -35,7 +35,9 @@ def _fresh_env(tmp: Path) -> Path:
                           check=True, capture_output=True, text=True).stdout.strip()
     # third-party packages from this environment (a plain path line: its .pth files are not run)
     Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", site, str(wheel)], check=True)
+    # this environment's pip installs into the fresh one (its scripts, e.g. bin/deltarl, point at it)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q", str(wheel)],
+                   check=True)
     return env_dir
 
 
