@@ -74,7 +74,10 @@ def test_normalise_per_dimension():
     np.testing.assert_allclose(za[:, :2], (a[:, :2] - pooled[:, :2].mean(0)) / pooled[:, :2].std(0))
     assert (za[:, 2] == 0).all() and (zb[:, 2] == 0).all()  # a constant dimension carries no distance
     ma, mb = normalise([a, b], "minmax")
-    np.testing.assert_allclose(ma[:, 0], [0.0, 0.5]) and np.testing.assert_allclose(mb[0, :2], [1.0, 0.5])
+    np.testing.assert_allclose(ma[:, 0], [0.0, 0.5])
+    np.testing.assert_allclose(mb[0, :2], [1.0, 0.5])
+    np.testing.assert_allclose(ma[:, 1], [0.0, 1.0])
+    assert (ma[:, 2] == 0).all() and (mb[:, 2] == 0).all()
     with pytest.raises(ValueError):
         normalise([a], "l2")
 

@@ -3,6 +3,8 @@ Ray tasks into one table and one MLflow experiment."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -83,8 +85,31 @@ def test_profiles_set_budgets_axes_and_output(tmp_path):
         load("huge")
 
 
-def test_every_paper_grid_expands_in_both_profiles(monkeypatch):
+def _dig(d: dict, dotted: str):
+    for k in dotted.split("."):
+        d = d[k]
+    return d
+
+
+def _holds(campaign: dict, dotted: str, value) -> bool:
+    """The campaign has ``value`` at ``dotted`` (a mapping: each of its keys; a budget: exactly)."""
+    got = _dig(campaign, dotted)
+    if isinstance(value, dict) and dotted.endswith("budget"):
+        return got == {"episodes": None, "seconds": None, **value}
+    if isinstance(value, dict):  # e.g. params: each key (a later axis may add others)
+        return all(_holds(campaign, f"{dotted}.{k}", v) for k, v in value.items())
+    return got == value
+
+
+def test_every_paper_grid_expands_in_every_profile(monkeypatch):
+    """Every profile of every paper grid expands into exactly the campaigns it declares: the cross
+    product of its axes, each axis value (methods, environments, challengers, seeds) in an equal
+    share of the campaigns and in each campaign's settings, and the profile's budgets in all."""
+    import math
+    from collections import Counter
     from pathlib import Path
+
+    import yaml
 
     monkeypatch.setenv("DELTARL_LLM_BASE_URL", "http://127.0.0.1:9/v1")  # LLMTester grids take it from here
     monkeypatch.setenv("DELTARL_LLM_MODEL", "any")
@@ -92,6 +117,38 @@ def test_every_paper_grid_expands_in_both_profiles(monkeypatch):
     files = sorted(Path("experiments/delta").glob("*.yaml")) + sorted(Path("experiments/llmtester").glob("*.yaml"))
     assert len(files) >= 4
     for f in files:
-        for profile in ("local", "paper"):
+        raw = yaml.safe_load(f.read_text())
+        assert {"local", "paper"} <= set(raw["profiles"]), f
+        for profile, prof in raw["profiles"].items():
+            axes = {**raw["axes"], **(prof.get("axes") or {})}
             pts = expand(load_grid(f, profile=profile))
-            assert pts, f
+            where = f"{f.name} --profile {profile}"
+            assert len(pts) == math.prod(len(v) for v in axes.values()), where
+            dicts = [c.to_dict() for _, c in pts]
+            for axis, values in axes.items():
+                labels = [json.dumps(v, sort_keys=True) for v in values]
+                got = [p[axis] if isinstance(values[0], dict) else json.dumps(p[axis], sort_keys=True) for p, _ in pts]
+                assert Counter(got) == Counter({lab: len(pts) // len(values) for lab in labels}), (where, axis)
+                for lab, d in zip(got, dicts):
+                    v = values[labels.index(lab)]
+                    for dotted, x in (v.items() if isinstance(v, dict) else [(axis, v)]):
+                        assert _holds(d, dotted, x), (where, axis, dotted, x)
+            for dotted, value in (prof.get("set") or {}).items():
+                assert all(_holds(d, dotted, value) for d in dicts), (where, dotted)
+            if "optimality" in raw["base"]:  # every method of a table gets the same test-case budget
+                assert len({json.dumps(d["optimality"]["budget"]) for d in dicts}) == 1, where
+                assert len({(d["optimality"]["generation_size"], d["optimality"]["sampling_fraction"])
+                            for d in dicts}) == 1, where
+            if profile == "paper-cases":  # issue #17's re-run
+                assert sorted({d["seed"] for d in dicts}) == [0, 1, 2, 3, 4], where
+                assert {d["scenario"] for d in dicts} == {"CartPole-v1", "MountainCar-v0", "Acrobot-v1"}, where
+                assert all(d["optimality"]["budget"]["episodes"] >= 5000 for d in dicts), where
+                methods = {(d["optimality"]["fuzzer"], tuple(d["optimality"]["params"].get("without", [])))
+                           for d in dicts}
+                if f.name == "rq2-rq3-methods.yaml":
+                    assert methods == {("delta", ()), ("mdpfuzz", ()), ("curefuzz", ()), ("gmt", ()),
+                                       ("delta", ("diversity",)), ("delta", ("regret",)),
+                                       ("delta", ("inconsistency",))}, where
+                else:
+                    assert methods == {("delta", ())} and {tuple(d["challenger"]["algos"]) for d in dicts} == {
+                        ("bc",), ("bcq",), ("cql",)}, where

@@ -259,6 +259,55 @@ def test_alpha_adapts_as_eq_6():
     assert fail_at(42, 10) == 100.0  # capped at 100 percent
 
 
+def test_bad_case_feedback_reaches_the_next_prompt():
+    """Algorithm 1's testing feedback F: a malformed reply (invalidity), a far jump (excessive
+    modification) and a scenario that did not lower the reward (insufficient challenge) each
+    become a line under "Testing Feedback" in the prompts of the next generation, verbatim."""
+    from orchestrator.fuzzers import Feedback
+    from workers.policies import load_policy
+    from workers.rollout import rollout
+
+    sc = get_scenario("CartPole-v1")
+    pol = load_policy(BALANCER, sc)  # 500 from every start: no LLM scenario lowers the reward
+    with LLMStubServer(script=["malformed", "far"], step=0.05) as srv:
+        pool = LocalLLMPool(cfg(srv, max_concurrent=1))
+        prompts: list[list[str]] = []
+
+        def generate(requests):
+            prompts.append([r["messages"][1]["content"] for r in requests])
+            return pool.generate(requests)
+
+        # no multi-scale (every seed goes to the LLM); t_r = -1: a reward that did not fall by 1 is
+        # an insufficient challenge
+        f = make_fuzzer("llmtester", sc, seed=0, multi_scale=False, t_r=-1.0, feedback_size=10)
+        f.attach_llm(generate)
+        new_lines = []
+        try:
+            for g in range(10):
+                if g == 2:
+                    f.start_phase("fuzzing")
+                before = list(f._bad)
+                calls = len(prompts)
+                p = f.propose(2)
+                res = rollout(sc, {"aut": pol}, p.states, seed=g, max_steps=100)
+                f.observe(p, Feedback.from_result(res))
+                if len(prompts) > calls:
+                    new_lines.append((len(prompts) - 1, [b for b in f._bad if b not in before]))
+        finally:
+            pool.close()
+    assert len(prompts) >= 3  # three generations asked the LLM
+    assert "- none yet" in prompts[0][0]  # the first prompt has no feedback
+    kinds = set()
+    for k, (call, lines) in enumerate(new_lines[:-1]):
+        nxt = prompts[new_lines[k + 1][0]]
+        for line in lines:
+            kinds.add(line.split(":")[0])
+            for text in nxt:  # every later request carries it, under its heading
+                head = text.index("### Testing Feedback")
+                assert f"- {line}" in text[head:text.index("### Expert Experience")]
+    assert kinds == {"Invalidity", "Excessive modification", "Insufficient challenge"}, kinds
+
+
 # -- the whole loop -----------------------------------------------------------------------------
 
 

@@ -13,12 +13,16 @@ import pytest
 
 from envs import get_scenario
 from orchestrator.fuzzers import Feedback, make_fuzzer
-from orchestrator.fuzzers.delta import LSH, inconsistency, regret
+from orchestrator.fuzzers.corpus import Corpus, pick
+from orchestrator.fuzzers.delta import LSH, energy_terms, inconsistency, rank01, regret
 from orchestrator.fuzzers.oracles import (
     DifferentialOracle,
     StatisticalOracle,
     bug_distance,
+    bug_distance_normalized,
     make_oracle,
+    min_repeats,
+    smallest_p,
 )
 from orchestrator.fuzzers.rnd import RND
 
@@ -95,13 +99,26 @@ def test_statistical_oracle_p_values_match_scipy_and_exact_values():
     assert make_oracle("auto", get_scenario("CartPole-v1")).kind == "differential"
 
 
-def test_bug_distance_normalises_by_the_bounds():
+def test_bug_distance_in_raw_units_and_normalised_by_the_bounds():
     low, high = np.array([0.0, -10.0, 5.0]), np.array([1.0, 10.0, 5.0])  # last dimension: zero width
     s = np.array([[0.0, -10.0, 5.0], [1.0, 10.0, 5.0]])
-    assert bug_distance(s, low, high) == pytest.approx(math.sqrt(2))
+    assert bug_distance(s) == pytest.approx(math.sqrt(1 + 20 ** 2))  # raw units: the paper's scale
+    assert bug_distance_normalized(s, low, high) == pytest.approx(math.sqrt(2))
     s3 = np.array([[0.0, -10.0, 5.0], [1.0, -10.0, 5.0], [0.0, 10.0, 5.0]])
-    assert bug_distance(s3, low, high) == pytest.approx((1 + 1 + math.sqrt(2)) / 3)
-    assert math.isnan(bug_distance(s[:1], low, high))
+    assert bug_distance(s3) == pytest.approx((1 + 20 + math.sqrt(401)) / 3)
+    assert bug_distance_normalized(s3, low, high) == pytest.approx((1 + 1 + math.sqrt(2)) / 3)
+    assert math.isnan(bug_distance(s[:1])) and math.isnan(bug_distance_normalized(s[:1], low, high))
+
+
+def test_statistical_oracle_refuses_repeats_that_cannot_reach_alpha():
+    assert smallest_p(3) == pytest.approx(1 / 20) and smallest_p(4) == pytest.approx(1 / 70)
+    assert min_repeats(0.05) == 4 and min_repeats(0.01) == 5 and min_repeats(0.2) == 2
+    with pytest.raises(ValueError, match=r"cannot reach alpha = 0.05 with repeats = 3.*use repeats >= 4"):
+        StatisticalOracle(repeats=3, alpha=0.05)
+    assert StatisticalOracle(repeats=3, alpha=0.06).repeats == 3  # 1/20 < 0.06: reachable
+    # the smallest p is reached: the challenger ahead in every pair of 4 + 4 tie-free repeats
+    bug, p = StatisticalOracle(repeats=4).judge(np.array([[0.0, 1.0, 2.0, 3.0]]), np.array([[4.0, 5.0, 6.0, 7.0]]))
+    assert p[0] == pytest.approx(1 / 70) and bug[0]
 
 
 def test_delta_needs_the_challenger_and_names_bad_ablations():
@@ -118,10 +135,12 @@ def test_delta_needs_the_challenger_and_names_bad_ablations():
     assert ab.beta == 0.0 and ab.alpha == 1.0 and ab.lam == 1.0
 
 
-def test_delta_admits_by_dynamic_thresholds():
-    """A mutant joins the corpus iff D > mean D, or A > 1, or I < mean I (fuzzing phase)."""
+@pytest.mark.parametrize("energy", ["literal", "normalized"])
+def test_delta_admits_by_dynamic_thresholds(energy):
+    """A mutant joins the corpus iff D > mean D, or A > 1, or I < mean I (fuzzing phase), in
+    both energy forms (the thresholds read the raw scores)."""
     sc = get_scenario("CartPole-v1")
-    d = make_fuzzer("delta", sc, seed=0, rnd_updates_per_episode=0)
+    d = make_fuzzer("delta", sc, seed=0, rnd_updates_per_episode=0, energy=energy)
     rng = np.random.default_rng(0)
     traj = [rng.standard_normal((30, 4)).astype(np.float32) * 0.05 for _ in range(8)]
     p = d.propose(8)
@@ -143,8 +162,99 @@ def test_delta_admits_by_dynamic_thresholds():
     # the first mutant: A = 1 and I = 1, so only its diversity can admit it
     assert got["regret"][0] == 1.0 and got["inconsistency"][0] == 1.0
     assert bool(got["added"][0]) == bool(got["diversity"][0] > mean_d)
-    e = d.corpus.energy
-    assert np.all(e > 0) and np.argmax(e) == int(np.argmax(d.corpus.scores["regret"]))
+    e, sc_ = d.corpus.energy, d.corpus.scores
+    assert np.all(e > 0)
+    if energy == "literal":  # e^10 outweighs everything else
+        assert np.argmax(e) == int(np.argmax(sc_["regret"]))
+    else:  # every term on [0, 1]; each term's top seed is its own
+        assert e.max() <= 3.0 + 1e-9
+        assert np.argmax(sc_["term_regret"]) == np.argmax(sc_["gap"]) and sc_["term_regret"].max() > 0.99
+        assert np.argmax(sc_["term_inconsistency"]) == np.argmin(sc_["inconsistency"])
+        assert sc_["term_inconsistency"].min() == 0.0 and sc_["term_diversity"].max() == 1.0
+
+
+def _delta_on_fixed_corpus(seed=0, **params):
+    """A Delta fuzzer in its fuzzing phase whose corpus is 6 fixed seeds with known scores."""
+    sc = get_scenario("CartPole-v1")
+    d = make_fuzzer("delta", sc, seed=seed, **params)
+    gap = np.array([0.0, -3.0, 2.0, 0.0, -1.0, 0.0])
+    d.corpus.add(sc.sample(np.random.default_rng(1), 6), energy=0.0,
+                 diversity=np.array([5.0, 9.0, 6.0, 12.0, 7.0, 8.0]), gap=gap, regret=regret(gap, 0.0),
+                 inconsistency=np.array([1.0, 0.9, 1.0, 0.6, 0.8, 0.95]), generation=0.0)
+    d._refresh_energy()
+    d.start_phase("fuzzing")
+    return d
+
+
+def test_selection_frequency_follows_energy_eq_8():
+    """Seeds are drawn with probability E_i / Σ E_j: a seeded run of 40,000 draws against it."""
+    from scipy.stats import chisquare
+
+    d = _delta_on_fixed_corpus()
+    e = d.corpus.energy.copy()
+    p_sel = e / e.sum()
+    assert len(set(np.round(p_sel, 6))) == 6  # six different probabilities
+    parents = d.propose(40_000).tags["parent"]
+    counts = np.bincount(d.corpus.index_of(parents), minlength=6)
+    assert chisquare(counts, 40_000 * p_sel).pvalue > 1e-3
+    np.testing.assert_allclose(counts / 40_000, p_sel, atol=0.01)
+    # the corpus's inverse-CDF selection is numpy's choice with p = E / ΣE, draw for draw
+    c = Corpus(2)
+    c.add(np.zeros((5, 2)), energy=np.array([0.5, 3.0, 0.0, 1.0, 2.5]))
+    idx, u = c.select_with_draws(np.random.default_rng(7), 1000)
+    want = np.random.default_rng(7).choice(5, size=1000, p=c.energy / c.energy.sum())
+    np.testing.assert_array_equal(idx, want)
+    np.testing.assert_array_equal(pick(c.energy, u), idx)
+    assert 2 not in idx  # zero energy: never drawn
+
+
+@pytest.mark.parametrize("energy", ["normalized", "literal"])
+def test_each_ablation_changes_selections_on_a_fixed_corpus(energy):
+    """Same corpus, same seed (so the same uniform draws): removing any one term changes which
+    seeds are drawn, and the fuzzer's decision shares say so; an ablated term decides nothing."""
+    full = _delta_on_fixed_corpus(energy=energy)
+    chosen = full.propose(2000).tags["parent"]
+    shares = full.stats()
+    for k in ("diversity", "regret", "inconsistency"):
+        ab = _delta_on_fixed_corpus(energy=energy, without=[k])
+        other = ab.propose(2000).tags["parent"]
+        changed = float(np.mean(other != chosen))
+        # literal: 1 − I ≤ 0.4 beside D of 5-12 moves only a few draws; normalised: each term many
+        assert changed > (0.02 if energy == "normalized" else 0.0), (k, changed)
+        # the share the full fuzzer reported for k is exactly the share the ablation changed
+        assert shares["decision_share_" + k] == pytest.approx(changed)
+        assert ab.stats()["decision_share_" + k] == 0.0
+
+
+def test_the_literal_energy_lets_a_bug_seed_take_every_draw():
+    """Why the normalised form is the default: under Eq. 7 on raw values a seed the challenger
+    beats by 20 gets A = e^20 and is drawn every time, so D and 1 − I decide nothing; in the
+    normalised form every term still decides a share of the draws."""
+    gap = np.array([20.0, 0.0, -5.0, 0.0])
+    terms = energy_terms("literal", [30.0, 12.0, 40.0, 25.0], gap, [1.0, 0.2, 0.9, 0.5])
+    assert terms["regret"][0] == pytest.approx(math.exp(20.0))
+    lit = _delta_on_fixed_corpus(energy="literal")
+    lit.corpus.scores["gap"][3] = 20.0  # one bug seed
+    lit.corpus.scores["regret"][3] = math.exp(20.0)
+    lit._refresh_energy()
+    parents = lit.propose(500).tags["parent"]
+    assert set(parents.tolist()) == {int(lit.corpus.ids[3])}
+    s = lit.stats()
+    assert s["decision_share_diversity"] == 0.0 and s["decision_share_inconsistency"] == 0.0
+    norm = _delta_on_fixed_corpus(energy="normalized")
+    norm.corpus.scores["gap"][3] = 20.0
+    norm._refresh_energy()
+    norm.propose(500)
+    s = norm.stats()
+    assert min(s["decision_share_" + k] for k in ("diversity", "regret", "inconsistency")) > 0.02
+    # the normalised terms: ranks on [0, 1] (ties at the lowest rank), a logistic regret
+    np.testing.assert_allclose(rank01([3.0, 1.0, 3.0, 2.0]), [2 / 3, 0.0, 2 / 3, 1 / 3])
+    assert rank01([1.0, 1.0]).tolist() == [0.0, 0.0]
+    t = energy_terms("normalized", [1.0, 2.0], [0.0, 1e6], [1.0, 1.0])
+    assert t["regret"][0] == 0.5 and t["inconsistency"].tolist() == [0.0, 0.0]
+    assert t["regret"][1] == pytest.approx(1 / (1 + math.exp(-2.0)))  # gap / mean |gap| = 2
+    assert energy_terms("normalized", [1.0], [3.0], [1.0], regret_scale=1.0)["regret"][0] == pytest.approx(
+        1 / (1 + math.exp(-3.0)))
 
 
 # -- the optimality phase -------------------------------------------------------------------------
@@ -240,17 +350,29 @@ def test_statistical_oracle_on_hopper_noise(tmp_path):
     from orchestrator.campaign.config import load_campaign
     from orchestrator.campaign.optimality import run_optimality
 
-    p = campaign_file(tmp_path, scenario="Hopper-Noise", aut="random:0", challenger="random:1", budget=12,
-                      extra="  repeats: 3\n")
+    # a random AUT against the zoo's SAC agent as the challenger: the challenger is ahead from
+    # every start, and 4 repeats per agent can reach p = 1/C(8, 4) = 1/70 < 0.05
+    p = campaign_file(tmp_path, scenario="Hopper-Noise", aut="random:0", challenger="zoo:Hopper-v5", budget=8,
+                      extra="  repeats: 4\n")
     s = run_optimality(load_campaign(p), progress=False)
-    assert s["oracle"] == "statistical" and s["repeats"] == 3
+    assert s["oracle"] == "statistical" and s["repeats"] == 4
     from orchestrator.runs.store import RunStore
 
     eps = RunStore.open(tmp_path / "opt").read_episodes(phase="optimality")
-    assert len(eps) == 12 * 2 * 3
-    if s["bugs"]:
-        bugs = pd.read_parquet(tmp_path / "opt" / "bugs.parquet")
-        assert (bugs["p_value"] < 0.05).all()
+    assert len(eps) == 8 * 2 * 4
+    assert s["bugs"] >= 4  # the branch the old 3-repeat test could never reach
+    bugs = pd.read_parquet(tmp_path / "opt" / "bugs.parquet")
+    assert len(bugs) == s["bugs"]
+    assert (bugs["p_value"] < 0.05).all() and (bugs["p_value"] >= smallest_p(4) - 1e-12).all()
+    assert (bugs["ca_return"] > bugs["aut_return"]).all()
+    # the campaign refuses a repeat count that cannot reach alpha, naming the minimum
+    from orchestrator.campaign.config import CampaignError
+
+    bad = campaign_file(tmp_path, scenario="Hopper-Noise", aut="random:0", challenger="random:1", budget=12,
+                        extra="  repeats: 3\n", name="bad")
+    with pytest.raises(CampaignError, match=r"optimality: the statistical oracle cannot reach alpha = 0.05 with "
+                                            r"repeats = 3.*use repeats >= 4"):
+        load_campaign(bad)
 
 
 @pytest.mark.parametrize(

@@ -119,3 +119,35 @@ def test_campaign_metrics_reach_ray_when_it_runs(ray_cluster):
     assert m.on
     m.update(episodes=64, failures=3)  # through ray.util.metrics, no error
     m.update(bugs=2)
+
+
+def test_actors_are_named_by_campaign_and_role_and_progress_is_an_actor(ray_cluster):
+    """What the dashboard lists: rollout actors named ``CAMPAIGN/PHASE/rollout-i`` (a second pool
+    of the same name gets free names), and the campaign's progress actor with one update per call."""
+    import ray
+
+    from orchestrator.cluster.driver import CampaignMetrics, RolloutPool, _named, dashboard_info
+
+    uris = {"aut": "python:workers.examples:cartpole_balancer"}
+    pool = RolloutPool("CartPole-v1", uris, workers=2, name="named-test/safety")
+    try:
+        assert ray.get_actor("named-test/safety/rollout-0") and ray.get_actor("named-test/safety/rollout-1")
+    finally:
+        pool.shutdown()
+    pool = RolloutPool("CartPole-v1", uris, workers=1, name="named-test/optimality")
+    try:  # the name is taken (by that pool): another actor of this driver gets the next free one
+        class Probe:
+            def ping(self):
+                return 1
+
+        handle = _named(ray.remote(num_cpus=0)(Probe), "named-test/optimality/rollout-0").remote()
+        assert ray.get(ray.get_actor("named-test/optimality/rollout-0~2").ping.remote()) == 1
+        ray.kill(handle)
+    finally:
+        pool.shutdown()
+    m = CampaignMetrics("named-test", "safety")
+    m.update(episodes=32, failures=4, progress="32/64 episodes")
+    m.update(episodes=32, failures=5, progress="64/64 episodes")
+    state = ray.get(ray.get_actor("deltarl/named-test/progress").state.remote())
+    assert state["phases"]["safety"] == {"progress": "64/64 episodes", "failures": 5, "bugs": None}
+    assert dashboard_info() is None  # the test cluster runs without a dashboard

@@ -1,4 +1,5 @@
-"""Reports: built from small real runs (no Ray), rendered by headless Chromium.
+"""Reports: built from small real runs (no Ray), rendered by headless Chromium, made again from
+the data saved beside them; the committed results reports made again from the repository.
 
 Chromium is required: the Debian package (``apt-get update && apt-get install -y chromium``).
 Without it these tests fail, naming that command.
@@ -6,59 +7,33 @@ Without it these tests fail, naming that command.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from browser import Browser
 
 from orchestrator.analysis.report import NOT_IN_RUN, ReportError, write_report
 
-APT = "apt-get update && apt-get install -y chromium"
-RENDER_CHECK = """<script>window.addEventListener("load", function () {
-  function bottomRowOpaque(i) {  // share of opaque pixels in the image's last row: 0 when not decoded to the end
-    var c = document.createElement("canvas"); c.width = i.naturalWidth; c.height = i.naturalHeight;
-    if (!c.width || !c.height) return 0;
-    var g = c.getContext("2d"); g.drawImage(i, 0, 0);
-    var px = g.getImageData(0, c.height - 1, c.width, 1).data, n = 0;
-    for (var k = 3; k < px.length; k += 4) if (px[k] > 0) n++;
-    return n / c.width;
-  }
-  var r = {images: [].map.call(document.images, function (i) {
-             return [i.naturalWidth, i.naturalHeight, i.complete && bottomRowOpaque(i) > 0.9]; }),
-           tables: [].map.call(document.querySelectorAll("table"), function (t) { return t.rows.length; })};
-  var e = document.createElement("pre"); e.id = "render-check"; e.textContent = JSON.stringify(r);
-  document.body.appendChild(e);
-});</script>"""
+REPO = Path(__file__).resolve().parents[1]
+COMMITTED = ("delta-local-rq1", "delta-local-rq2-rq3", "delta-local-table7")
 
 
-def chromium() -> str:
-    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    pytest.fail(f"headless Chromium is needed to check the HTML report and was not found; install it with: {APT}")
-
-
-def render(html_file: Path, tmp: Path) -> tuple[dict, str, Path]:
-    """Open a copy of the report (plus a script that records image sizes and table rows on load)
-    in headless Chromium: (that record, the DOM after load, a screenshot)."""
-    exe = chromium()
-    page = tmp / "check.html"
-    page.write_text(html_file.read_text().replace("</body>", RENDER_CHECK + "</body>"))
-    common = [exe, "--headless", "--disable-gpu", "--no-sandbox", "--hide-scrollbars",
-              f"--user-data-dir={tmp / 'chromium-profile'}", "--virtual-time-budget=10000"]
-    dom = subprocess.run(common + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=90).stdout
-    shot = tmp / "shot.png"
-    subprocess.run(common + ["--window-size=1200,2400", f"--screenshot={shot}", html_file.as_uri()],
-                   capture_output=True, text=True, timeout=90)
-    m = re.search(r'<pre id="render-check">(.*?)</pre>', dom)
-    assert m, f"the page did not load in Chromium; DOM starts: {dom[:300]!r}"
-    return json.loads(m.group(1)), dom, shot
+def look(html_file: Path, tmp: Path, *, width: int = 1280, height: int = 900) -> dict:
+    """Open the report in headless Chromium as a person would, at a laptop's window size: every
+    image (does it decode, its size), every table (its rows, its top on the page, whether it is
+    wider than the column it sits in), the text, a screenshot of the first screen."""
+    with Browser(tmp, width=width, height=height) as b:
+        page = b.page(html_file.resolve().as_uri())
+        images = page.images()
+        tables = page.eval("""Array.from(document.querySelectorAll('table')).map(function (t) {
+            var c = t.parentElement; return {rows: t.rows.length, top: t.getBoundingClientRect().top + window.scrollY,
+              overflow: t.scrollWidth > c.clientWidth + 1, text: t.innerText.slice(0, 400)}; })""")
+        shot = page.screenshot(tmp / "first-screen.png")
+        return {"images": images, "tables": tables, "text": page.text(), "shot": shot}
 
 
 def campaign(tmp: Path, name: str, *, safety: bool = True, optimality: str | None = "delta", seed: int = 0) -> Path:
@@ -115,72 +90,141 @@ def runs(tmp_path_factory):
 
 
 def test_report_of_a_run_renders_in_chromium(runs, tmp_path):
+    import json
+
     out = write_report(runs / "full", tmp_path / "out")
     md = Path(out["markdown"]).read_text()
     html = Path(out["html"]).read_text()
     summary = json.loads((runs / "full" / "optimality_summary.json").read_text())
-    # the tables: the run's phases, Table 3's layout with the paper's Delta row for CartPole beside ours
-    assert (f"| delta | 1 | {summary['bugs']} | 105.6 ± 17.7 (+46.7%) | {summary['distinct_bugs']} | "
+    safety = json.loads((runs / "full" / "summary.json").read_text())
+    # the run's phases first, then Table 3's layout with the paper's Delta row beside ours; n in every cell
+    assert md.index("The run's phases") < md.index("Table 3 layout")
+    assert (f"| delta | {summary['bugs']} (n=1) | 105.6 ± 17.7 (+46.7%) | {summary['distinct_bugs']} (n=1) | "
             f"81.0 ± 9.8 (+71.6%) |") in md
-    assert "| curefuzz | 1 | 48 |" in md and "77.4 ± 10.3" in md  # safety: 48 episodes, paper's CureFuzz failures
+    assert f"| curefuzz | 48 | {safety['failures']} (n=1) |" in md and "77.4 ± 10.3" in md
     assert "| 0.10 |" in md and "100.2 ± 15.2" in md  # behaviour clusters beside Table 6
-    assert f"Challengers: {NOT_IN_RUN}" in md or f"Challengers and safety testing: {NOT_IN_RUN}" in md
-    for name in ("safety-over-time", "optimality-over-time", "bugs-grid", "failures-grid", "returns", "dendrogram"):
-        assert any(f.name.startswith(name) for f in (tmp_path / "out" / "report_files").iterdir()), name
+    assert f"Challengers: {NOT_IN_RUN} (no card)." in md
+    files = {f.name for f in (tmp_path / "out" / "report_files").iterdir()}
+    for name in ("safety-over-time", "optimality-over-time", "bugs-grid", "failures-grid", "returns", "dendrogram",
+                 "bug-full-"):
+        assert any(f.startswith(name) for f in files), name
         assert f"report_files/{name}" in md
+    assert out["videos"] == 2 and sum(f.endswith(".gif") for f in files) == 2
     # self-contained: no external URL, every image inline
     assert not re.search(r"""(src|href)=["']?(https?:|//|file:)""", html) and "<link" not in html
-    assert html.count('src="data:image/png;base64,') == out["figures"] == 6
-    check, dom, shot = render(Path(out["html"]), tmp_path)
-    assert len(check["images"]) == 6 and all(w > 100 and h > 100 and ok for w, h, ok in check["images"])
-    assert check["tables"] == [4, 2, 2, 4]  # phases, safety, Table 3, Table 6: header + body rows
-    assert f"<td class=\"l\">delta</td><td class=\"r\">1</td><td class=\"r\">{summary['bugs']}</td>" in dom
+    assert html.count('src="data:image/png;base64,') == 6 and html.count('src="data:image/gif;base64,') == 2
+    seen = look(Path(out["html"]), tmp_path)
+    assert len(seen["images"]) == out["figures"] == 8
+    assert all(i["ok"] and i["w"] > 100 and i["h"] > 100 for i in seen["images"]), seen["images"]
+    assert not any(t["overflow"] for t in seen["tables"]), [t["text"][:80] for t in seen["tables"] if t["overflow"]]
+    assert f"{summary['bugs']} (n=1)" in seen["text"]
     from matplotlib.image import imread
 
-    img = imread(shot)
-    assert img.shape[0] > 1000 and img[..., :3].std() > 0.05  # a page with content, not a blank screen
+    img = imread(seen["shot"])
+    assert img[..., :3].std() > 0.05  # a page with content, not a blank screen
+    # the data behind it, beside it
+    saved = {p.name for p in (tmp_path / "out" / "report_data").iterdir()}
+    assert {"runs.parquet", "bug_list.parquet", "timelines.parquet", "cases.parquet", "meta.json"} <= saved
 
 
 def test_report_degrades_gracefully_on_a_safety_only_run(runs, tmp_path):
     out = write_report(runs / "safety-only", tmp_path)
     md = Path(out["markdown"]).read_text()
-    assert f"Optimality testing: {NOT_IN_RUN}" in md and f"Behaviour clustering: {NOT_IN_RUN}" in md
-    assert f"| optimality | {NOT_IN_RUN} |" in md and "optimality timeline: not in this run" in md
+    assert f"Optimality testing: {NOT_IN_RUN}." in md and f"Behaviour clustering: {NOT_IN_RUN}" in md
+    assert f"| optimality | {NOT_IN_RUN} |" in md
     assert out["figures"] == 2  # failures over time and over the grid
-    check, _, _ = render(Path(out["html"]), tmp_path)
-    assert len(check["images"]) == 2 and all(w > 0 for w, _, _ in check["images"])
+    seen = look(Path(out["html"]), tmp_path)
+    assert len(seen["images"]) == 2 and all(i["ok"] for i in seen["images"])
 
 
-def test_report_of_a_grid_folder(runs, tmp_path):
+def test_report_of_a_grid_leads_with_the_answer(runs, tmp_path):
+    """The grid's report: the comparison with the paper on the first screen, every image loads,
+    no table runs off the page, the raw per-campaign table last and plain."""
     from orchestrator.analysis.stats import mann_whitney
 
     out = write_report(runs / "grid", tmp_path)
     md = Path(out["markdown"]).read_text()
-    assert "## Grid results (results.parquet)" in md and "| g-000 |" in md
     df = pd.read_parquet(runs / "grid" / "results.parquet")
     d, r = df[df["optimality.fuzzer"] == "delta"], df[df["optimality.fuzzer"] == "random"]
-    # Delta against the only baseline: its Mann–Whitney p over the two seeds, as scipy gives it
+    # the answer: Delta against the best baseline, ours (n per cell, Mann–Whitney p) and the paper's
+    answer = next(ln for ln in md.splitlines() if ln.startswith("| CartPole-v1 | bugs |"))
     u, p = mann_whitney(d["bugs"], r["bugs"])
+    assert "(n=2)" in answer and f"| {p:.3f} |" in answer and "105.6 vs curefuzz 72: +46.7%" in answer
+    # Table 3 and the comparison: U and p as scipy gives them over the two seeds
     line = next(ln for ln in md.splitlines() if ln.startswith("| bugs | random |"))
     assert line.split(" | ")[5:7] == [f"{u:.1f}", f"{p:.3f}"]
-    line = next(ln for ln in md.splitlines() if ln.startswith("| random | 2 |"))
-    assert f"{r['bugs'].mean():.1f} ± " in line
-    check, dom, _ = render(Path(out["html"]), tmp_path)
-    assert check["images"] and all(w > 0 for w, _, _ in check["images"])
-    assert check["tables"][0] == 5  # the grid's table: header + four campaigns
-    assert "Grid results (results.parquet)" in dom
+    line = next(ln for ln in md.splitlines() if ln.startswith("| random | "))
+    assert f"{r['bugs'].mean():.1f} ± " in line and "(n=2)" in line
+    # the raw table last, no JSON in it
+    assert md.index("## All runs (4 campaigns)") > md.index("Table 3 layout") and "| g-000 | delta | 0 |" in md
+    assert "{" not in md[md.index("## All runs"):]
+    seen = look(Path(out["html"]), tmp_path)
+    first = seen["tables"][0]
+    assert first["top"] < 900 and "Delta vs it" in first["text"], first  # on the first screen, without scrolling
+    assert seen["images"] and all(i["ok"] and i["w"] > 100 for i in seen["images"]), seen["images"]
+    assert out["videos"] == 2 and sum(i["src"].startswith("data:image/gif") for i in seen["images"]) == 2
+    assert not any(t["overflow"] for t in seen["tables"]), [t["text"][:80] for t in seen["tables"] if t["overflow"]]
+
+
+def test_report_is_made_again_from_its_saved_data(runs, tmp_path):
+    """Without the run folders: the report folder alone (report_data/, report_files/) gives the
+    same tables, figures and bug videos."""
+    first = write_report(runs / "grid", tmp_path / "a")
+    alone = tmp_path / "alone"
+    shutil.copytree(tmp_path / "a", alone)
+    again = write_report(alone)
+    a, b = Path(first["markdown"]).read_text(), Path(again["markdown"]).read_text()
+    tables = [ln for ln in a.splitlines() if ln.startswith("|")]
+    assert tables == [ln for ln in b.splitlines() if ln.startswith("|")]
+    assert again["videos"] == first["videos"] == 2 and again["figures"] == first["figures"]
+    assert "from the data saved beside it" in b
+
+
+@pytest.mark.parametrize("folder", COMMITTED)
+def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
+    """``deltarl report experiments/results/<folder>`` from the repository alone gives the
+    committed report, with per-seed statistics (no copies counted as runs)."""
+    src = REPO / "experiments" / "results" / folder
+    out = write_report(src, tmp_path)
+    assert Path(out["markdown"]).read_text() == (src / "report.md").read_text()
+    md = (src / "report.md").read_text()
+    assert "What this report cannot show" in md and "(n=" in md
+    if folder == "delta-local-rq2-rq3":
+        # 21 campaigns, 3 safety runs: each once; no effect size from a single run
+        assert "| curefuzz | 600 | 28.0 ± 11.4 (n=3) | 26.0 ± 9.9 (n=3) |" in md
+        assert "21 campaigns ran 3 distinct safety runs" in md
+        assert "-40.43" not in md and "| distance | gmt | 0.141 ± 0.140 (n=2) | 0.787 (n=1) |" in md
+        assert md.index("## The answer") < md.index("## All runs")
+    for f in (src / "report_files").iterdir():
+        assert f"report_files/{f.name}" in md
 
 
 def test_report_cli(runs, tmp_path, capsys):
     from orchestrator.cli import main
 
     assert main(["report", str(runs / "safety-only"), "--out", str(tmp_path / "r")]) == 0
-    assert (tmp_path / "r" / "report.html").is_file() and "report.md" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert (tmp_path / "r" / "report.html").is_file() and "report.md" in printed and "report_data" in printed
     (tmp_path / "empty").mkdir()
     assert main(["report", str(tmp_path / "empty")]) == 2
     assert "holds no run folder" in capsys.readouterr().err
     with pytest.raises(ReportError):
         write_report(tmp_path / "missing")
+
+
+def test_state_heatmap_axes_fit_the_scenario():
+    """MountainCar's velocity starts at 0 in every initial state: the figure is a bar chart over
+    the position, not a heatmap with a made-up velocity axis."""
+    from envs import get_scenario
+    from orchestrator.analysis.figures import fig_state_heatmap, varying_dims
+
+    mc = get_scenario("MountainCar-v0")
+    assert varying_dims(mc) == [0]
+    states = np.column_stack([np.random.default_rng(0).uniform(mc.low[0], mc.high[0], 50), np.zeros(50)])
+    fig = fig_state_heatmap(states, mc, "t", "bugs")
+    ax = fig.axes[0]
+    assert ax.get_xlim() == (mc.low[0], mc.high[0]) and "velocity = 0" in ax.get_xlabel()
+    assert sum(p.get_height() for p in ax.patches) == 50
 
 
 def test_paper_numbers_reproduce_the_papers_percentages():

@@ -61,6 +61,7 @@ class LLMConfig:
     max_concurrent: int = 4  # calls in flight, over all generator actors
     actors: int = 2  # LLMGenerator actors (each runs several calls concurrently)
     seed: int | None = None  # sent to servers that accept it (OpenAI, vLLM)
+    max_consecutive_failures: int | None = None  # stop the campaign after N calls in a row without a usable scenario
 
     def resolved(self) -> "LLMConfig":
         """A copy with ``base_url``/``model`` filled from the environment where unset."""
@@ -85,7 +86,8 @@ class LLMConfig:
         checks = [("requests_per_minute", c.requests_per_minute > 0), ("max_concurrent", c.max_concurrent >= 1),
                   ("actors", c.actors >= 1), ("timeout_s", c.timeout_s > 0), ("max_retries", c.max_retries >= 0),
                   ("max_tokens", c.max_tokens >= 1), ("backoff_s", c.backoff_s >= 0),
-                  ("tokens_per_minute", c.tokens_per_minute is None or c.tokens_per_minute > 0)]
+                  ("tokens_per_minute", c.tokens_per_minute is None or c.tokens_per_minute > 0),
+                  ("max_consecutive_failures", c.max_consecutive_failures is None or c.max_consecutive_failures >= 1)]
         for name, ok in checks:
             if not ok:
                 raise LLMConfigError(f"llm.{name} has an impossible value: {getattr(c, name)!r}")

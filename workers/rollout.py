@@ -148,7 +148,28 @@ def _act(policy, obs: np.ndarray, alone: bool) -> np.ndarray:
     return np.concatenate([np.asarray(policy.act(obs[j:j + 1])) for j in range(obs.shape[0])])
 
 
-def _run_batch(scenario: Scenario, policy, states, seeds, max_steps, alone: bool = False):
+def _checked_act(policy, obs: np.ndarray, alone: bool, t: int, role: str, states: np.ndarray,
+                 live: np.ndarray) -> np.ndarray:
+    """:func:`_act`, refusing actions that are not finite (NaN/inf would make every return NaN
+    and every failure oracle silent) with an error naming the policy, the step and the episode."""
+    from workers.policies.base import PolicyError
+
+    label = getattr(policy, "label", None) or getattr(policy, "uri", None) or type(policy).__name__
+    where = f"at step {t} of an episode of the {role} policy {label}"
+    try:
+        a = _act(policy, obs, alone)
+    except PolicyError as exc:
+        raise PolicyError(f"{exc} ({where})") from exc
+    if np.issubdtype(a.dtype, np.floating) and a.size and not np.isfinite(a).all():
+        j = int(np.flatnonzero(~np.isfinite(a.reshape(a.shape[0], -1)).all(axis=1))[0])
+        start = ", ".join(f"{v:.6g}" for v in np.asarray(states[live[j]]).ravel())
+        raise PolicyError(f"the {role} policy {label} returned a non-finite action ({a[j].tolist()}) at step {t} "
+                          f"of the episode from initial state [{start}]: a NaN or infinite action cannot be "
+                          f"simulated; check the model's weights and its input normalisation")
+    return a
+
+
+def _run_batch(scenario: Scenario, policy, states, seeds, max_steps, alone: bool = False, role: str = "aut"):
     """One lockstep batch: every live episode advances together; one policy call per step (one
     per live episode when ``alone``: the simulator stays batched, inference sees one row)."""
     n = states.shape[0]
@@ -173,7 +194,7 @@ def _run_batch(scenario: Scenario, policy, states, seeds, max_steps, alone: bool
             break
         live_obs = obs[live]
         obs_buf[t, live] = live_obs
-        a = _act(policy, live_obs, alone)
+        a = _checked_act(policy, live_obs, alone, t, role, states, live)
         if a.shape[0] != live.size:
             raise ValueError(f"policy returned {a.shape[0]} actions for {live.size} observations")
         actions[live] = a.reshape(actions[live].shape)
@@ -257,7 +278,7 @@ def rollout(
     for role, policy in policies.items():
         for lo in range(0, idx.size, batch_size):
             sl = slice(lo, lo + batch_size)
-            b = _run_batch(scenario, policy, states[local[sl]], seeds[sl], max_steps, alone)
+            b = _run_batch(scenario, policy, states[local[sl]], seeds[sl], max_steps, alone, role)
             k = b["returns"].shape[0]
             parts.append(
                 RolloutResult(

@@ -1,141 +1,214 @@
-"""Reports: ``deltarl report RUN_OR_GRID_DIR [--out DIR]`` → ``report.md`` and one self-contained
-``report.html`` (CSS inline, figures inlined as base64 PNG, no external URL).
+"""Reports: ``deltarl report RUN_OR_GRID_DIR [--out DIR]`` → ``report.md``, one self-contained
+``report.html`` (CSS inline, figures and bug GIFs inlined as base64, no external URL) and the
+data behind them, ``report_data/`` (small Parquet tables, :mod:`~orchestrator.analysis.report_data`),
+so that a committed results folder is reported again from the repository alone.
 
-What it reads (every part optional; a missing part is reported as "not in this run"):
+What it reads (every part optional; a missing part is reported as such):
 
-* a **run folder** (``store.json``, ``campaign.json``, ``summary.json``, ``timeline.parquet``,
-  ``challengers/*/card.json``, ``optimality_summary.json``, ``optimality_timeline.parquet``,
-  ``bugs.parquet``, ``episodes/``, ``steps/``);
-* a **grid folder** (``results.parquet`` from ``deltarl grid``): its table as is, then the
-  campaigns' run folders aggregated as below;
-* any other **folder of run folders** (e.g. ``benchmarks/optimality_comparison.py``'s output):
-  the run folders found beneath it (up to three levels), aggregated.
+* a **run folder** (``campaign.json``, the phase summaries and timelines, ``challengers/*/card.json``,
+  ``bugs.parquet``, ``failures.parquet``, ``episodes/``, ``steps/``);
+* a **grid folder** (``results.parquet`` from ``deltarl grid``) and its campaigns' run folders;
+* any other **folder of run folders** (up to three levels down);
+* a folder holding only an earlier report's ``report_data/`` (or only a grid's ``results.parquet``).
 
-Aggregated runs are grouped by scenario and method (the fuzzer, with Delta's ablations as
-``delta w/o regret``); each cell is the mean ± 95% CI margin over the runs (seeds), as the
-papers print them. Tables follow the Delta paper's layout (Table 1: AUT and challengers; Table
-2: challengers as the oracle; Tables 3–4: Delta against the baselines and its ablations, with
-the improvement over the best baseline and a two-sided Mann–Whitney U test and Cohen's d of
-Delta against it; Table 6: behaviour clusters), with the paper's numbers
-(``experiments/papers/delta.yaml``) beside ours. Plots: failures and bugs over time, bugs and
-failures over the initial-state grid (the first two state dimensions), AUT vs challenger returns
-per test case, and the behaviour dendrogram (:mod:`orchestrator.analysis.behaviour`).
+The report leads with the answer: Delta against the best baseline on every scenario, ours beside
+the paper's (``experiments/papers/delta.yaml``), and the bugs over time. Then, per scenario, the
+tables in the Delta paper's layout (Tables 2–4 with Mann–Whitney U and Cohen's d of Delta against
+the best other method; Table 1 and Fig. 4; the safety failures; Table 6's behaviour clusters), the
+bugs one can watch (GIFs of the AUT's and the challenger's episodes from the top bugs' states),
+and the figures (failures over time, bugs and failures over the initial-state grid, AUT vs
+challenger returns per test case). Every campaign's raw numbers come last.
 
-The parts, each its own module (every public name is importable from here too):
-:mod:`~orchestrator.analysis.run_reader` (what is read from run folders, through
-:class:`~orchestrator.runs.layout.RunFolder`), :mod:`~orchestrator.analysis.sections` (the
-tables and text), :mod:`~orchestrator.analysis.figures` (matplotlib),
-:mod:`~orchestrator.analysis.document` (Markdown and HTML rendering).
+Statistics count independent units (seeds): an optimality run is one unit, a safety run or
+challenger shared by several campaigns of a grid is one unit; each cell says its n.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 from orchestrator.analysis.document import CSS, Doc
-from orchestrator.analysis.figures import fig_dendrogram, fig_over_time, fig_returns_scatter, fig_state_heatmap
-from orchestrator.analysis.run_reader import Run, find_runs, is_run, method_label, read_parquet
+from orchestrator.analysis.report_data import DATA_DIR, ReportData, ReportError, collect
 from orchestrator.analysis.sections import (
     BASELINES,
     METRICS,
     NOT_IN_RUN,
+    figure_bugs_over_time,
+    figure_runs,
+    optimality_units,
+    section_all_runs,
+    section_answer,
     section_behaviour,
     section_figures,
-    section_grid,
     section_optimality,
     section_single,
     section_table1,
-    section_training_time,
+    section_videos,
 )
-from orchestrator.runs.layout import RunFolder
 from orchestrator.runs.store import atomic_write_bytes
 from workers.resources import resource
 
-__all__ = [
-    "BASELINES", "CSS", "METRICS", "NOT_IN_RUN", "PAPER_FILE", "Doc", "ReportError", "Run", "build", "fig_dendrogram",
-    "fig_over_time", "fig_returns_scatter", "fig_state_heatmap", "find_runs", "is_run", "load_paper", "method_label",
-    "section_behaviour", "section_figures", "section_grid", "section_optimality", "section_single", "section_table1",
-    "section_training_time", "write_report",
-]
+__all__ = ["BASELINES", "CSS", "DATA_DIR", "METRICS", "NOT_IN_RUN", "PAPER_FILE", "Doc", "ReportData", "ReportError",
+           "build", "load_paper", "make_videos", "write_report"]
 
 PAPER_FILE = resource("papers", "delta.yaml")
-GRID_RESULTS = "results.parquet"  # what deltarl grid writes into a grid folder
-
-
-class ReportError(ValueError):
-    """A folder that holds nothing to report on."""
+FILES = "report_files"
 
 
 def load_paper() -> dict:
     return yaml.safe_load(PAPER_FILE.read_text()) if PAPER_FILE.is_file() else {}
 
 
-def _run_dirs(root: Path, grid_df, single: bool) -> list[Path]:
-    """The run folders to report on: ``root`` itself, a grid's campaigns, or those found below."""
-    if single:
-        return [root]
-    found = find_runs(root)
-    if grid_df is None:
-        return found
-    named = [root / str(c) for c in grid_df.get("campaign", [])]
-    return [d for d in named if d.is_dir() and is_run(d)] or found
+def _scenario(name: str):
+    from envs import get_scenario
+
+    try:
+        return get_scenario(name)
+    except Exception:  # noqa: BLE001 - a plug-in scenario not installed here: no grid figures
+        return None
 
 
-def _no_runs(root: Path) -> ReportError:
-    f = RunFolder(root)
-    markers = [f.store_json, f.campaign_json, f.summary_json("safety"), f.summary_json("optimality")]
-    return ReportError(f"{root} holds no run folder ({', '.join(p.name for p in markers)} or {f.results_json.name}) "
-                       f"and no grid {GRID_RESULTS}")
+def make_videos(data: ReportData, per_scenario: int = 2, *, max_frames: int = 60) -> dict:
+    """Render the top ``per_scenario`` bugs of each scenario (largest challenger-over-AUT margin,
+    among the Delta runs when there are any) as side-by-side GIFs; fills ``data.tables["videos"]``
+    and returns ``{file name: GIF bytes}``. Needs the run folders (the policies); a scenario that
+    cannot render is noted, not fatal."""
+    import numpy as np
+
+    from workers.policies import load_policy
+    from workers.render import gif_bytes, render_episodes, side_by_side_frames
+    from workers.rollout import episode_seeds
+
+    if per_scenario <= 0 or not data.run_dirs or not data.has("bug_list"):
+        return {}
+    from orchestrator.analysis.run_reader import Run
+
+    rows, gifs = [], {}
+    bugs = data["bug_list"]
+    for sc in sorted(data["runs"]["scenario"].dropna().unique()):
+        units = optimality_units(data["runs"], sc)
+        focus = units[units["method"] == "delta"] if (units["method"] == "delta").any() else units
+        b = bugs[bugs["campaign"].isin(focus["campaign"])].copy()
+        if b.empty:
+            continue
+        b["margin"] = b["ca_return"] - b["aut_return"]
+        for _, bug in b.sort_values(["margin", "campaign", "bug_id"], ascending=[False, True, True]).head(
+                per_scenario).iterrows():
+            run = Run.load(data.run_dirs[bug["campaign"]])
+            try:
+                scenario = run.scenario_obj()
+                verdict = run.folder.bugs()
+                row = verdict[verdict["bug_id"] == int(bug["bug_id"])].iloc[0]
+                pols = {"AUT": load_policy(run.aut, scenario),
+                        "challenger": load_policy(run.optimality.get("challenger"), scenario)}
+                seed = int(episode_seeds(int(row["gen_seed"]), np.array([int(row["state_index"])]), np.array([0]))[0])
+                eps = render_episodes(scenario, pols, np.asarray(row["initial_state"], float), seed,
+                                      max_frames=max_frames)
+            except Exception as exc:  # noqa: BLE001 - RenderError or another: a report without a video is still one
+                data.notes.append(f"bug {int(bug['bug_id'])} of {bug['campaign']}: no video ({type(exc).__name__}: "
+                                  f"{str(exc)[:200]})")
+                continue
+            name = f"bug-{bug['campaign']}-{int(bug['bug_id'])}.gif"
+            title = f"{sc} bug {int(bug['bug_id'])} of {bug['campaign']}"
+            gifs[name] = gif_bytes(side_by_side_frames(eps, title=title), fps=12)
+            e = dict(eps)
+            rows.append({"scenario": sc, "campaign": bug["campaign"], "bug_id": int(bug["bug_id"]), "file": name,
+                         "aut_return": e["AUT"].total, "ca_return": e["challenger"].total,
+                         "aut_length": e["AUT"].length, "ca_length": e["challenger"].length})
+    if rows:
+        data.tables["videos"] = pd.DataFrame(rows)
+    return gifs
 
 
-def build(path: str | Path, *, max_sequences: int = 300) -> Doc:
-    """The report of a run folder, a grid folder or a folder of run folders."""
+def build(path: str | Path, *, max_sequences: int = 300, videos: int = 2, data: ReportData | None = None,
+          gifs: dict | None = None) -> Doc:
+    """The report of a run folder, a grid folder, a folder of run folders or a saved ``report_data/``."""
     root = Path(path)
-    if not root.is_dir():
-        raise ReportError(f"{root} is not a folder")
+    if data is None:
+        data = collect(root, max_sequences=max_sequences)
+        gifs = make_videos(data, videos)
+    gifs = gifs if gifs is not None else _saved_gifs(root, data)
     paper = load_paper()
-    grid_df = read_parquet(root / GRID_RESULTS)
-    single = grid_df is None and is_run(root)
-    runs = [Run.load(d) for d in _run_dirs(root, grid_df, single)]
-    if not runs and grid_df is None:
-        raise _no_runs(root)
-    kind = "run" if single else "grid" if grid_df is not None else "collection"
-    doc = Doc(f"deltarl report: {runs[0].name if single else root.name}")
-    doc.p(f"Folder `{root}` ({'a run folder' if single else 'a grid' if kind == 'grid' else 'a folder of runs'}"
-          f"{'' if single else f', {len(runs)} run folders'}), made by `deltarl report`. Cells are mean ± 95% CI "
-          f"margin; \"paper\" columns are the Delta paper's published numbers ({paper.get('source', 'n/a')}, "
-          f"`experiments/papers/delta.yaml`).")
+    runs = data["runs"]
+    single = data.kind == "run"
+    doc = Doc(f"deltarl report: {data.title}")
+    n_scen = runs["scenario"].nunique()
+    what = "a run folder" if single else "a grid" if data.kind == "grid" else "a folder of runs"
+    src = "" if data.run_dirs else f" from the data saved beside it (`{DATA_DIR}/`)"
+    doc.p(f"`{data.source}`: {what}" + ("" if single else f", {len(runs)} campaigns on {n_scen} scenario(s)") + src
+          + ". Cells are mean ± 95% CI margin over independent runs with their n (a safety run or challenger that "
+            "several campaigns share counts once); \"paper\": the Delta paper's numbers "
+            f"({paper.get('source', 'n/a')}, 5 runs of two hours each).")
     if single:
-        r = runs[0]
-        doc.p(f"Scenario **{r.scenario}**, AUT `{r.aut}`, seed {r.seed}.")
-        section_single(doc, r)
-    if grid_df is not None:
-        section_grid(doc, grid_df)
-    for sc in sorted({r.scenario for r in runs if r.scenario}):
-        group = [r for r in runs if r.scenario == sc]
+        r = runs.iloc[0]
+        doc.p(f"Scenario **{r['scenario']}**, AUT `{r['aut']}`, seed {r['seed']}.")
+        section_single(doc, data)
+    answered = section_answer(doc, data, paper)
+    scenarios = sorted(runs["scenario"].dropna().unique())
+    if answered:
+        for sc in scenarios:
+            figure_runs(doc, data, sc)
+            figure_bugs_over_time(doc, data, sc)
+    for sc in scenarios:
         doc.h(sc if not single else f"{sc}: tables and figures", 2)
-        section_table1(doc, group, sc, paper)
-        section_optimality(doc, group, sc, paper)
-        section_behaviour(doc, group, sc, paper, max_sequences)
-        section_figures(doc, group, sc)
+        section_optimality(doc, data, sc, paper)
+        if not answered:  # the key plots right after the comparison
+            if len(optimality_units(runs, sc)) > 1:
+                figure_runs(doc, data, sc)
+            figure_bugs_over_time(doc, data, sc)
+        section_videos(doc, data, sc, gifs)
+        section_table1(doc, data, sc, paper)
+        section_behaviour(doc, data, sc, paper)
+        section_figures(doc, data, sc, _scenario(sc))
+    if not single:
+        section_all_runs(doc, data)
+    if data.notes:
+        doc.h("What this report cannot show", 2)
+        for n in data.notes:
+            doc.p(n[0].upper() + n[1:] + ("" if n.endswith(".") else "."))
     return doc
 
 
-def write_report(path: str | Path, out: str | Path | None = None, *, max_sequences: int = 300) -> dict:
-    """Build the report of ``path`` and write ``report.md`` (figures in ``report_files/``) and the
-    self-contained ``report.html`` into ``out`` (default: ``path``)."""
-    doc = build(path, max_sequences=max_sequences)
-    out = Path(out) if out is not None else Path(path)
+def _saved_gifs(root: Path, data: ReportData) -> dict:
+    v = data["videos"]
+    out = {}
+    for f in (v["file"] if not v.empty else []):
+        p = root / FILES / f
+        if p.is_file():
+            out[f] = p.read_bytes()
+    return out
+
+
+def write_report(path: str | Path, out: str | Path | None = None, *, max_sequences: int = 300,
+                 videos: int = 2) -> dict:
+    """Build the report of ``path`` and write ``report.md`` (figures in ``report_files/``), the
+    self-contained ``report.html`` and the data behind them (``report_data/``) into ``out``
+    (default: ``path``)."""
+    path = Path(path)
+    data = collect(path, max_sequences=max_sequences)
+    gifs = make_videos(data, videos) if data.run_dirs else _saved_gifs(path, data)
+    doc = build(path, data=data, gifs=gifs)
+    out = Path(out) if out is not None else path
     out.mkdir(parents=True, exist_ok=True)
-    fig_dir = out / "report_files"
+    fig_dir = out / FILES
     images = doc.images()
+    keep = {name for name, _ in images}
+    if fig_dir.is_dir():
+        for old in fig_dir.iterdir():  # figures of an earlier report that this one no longer draws
+            if old.is_file() and old.name not in keep and old.suffix in (".png", ".gif"):
+                old.unlink()
     if images:
         fig_dir.mkdir(exist_ok=True)
-        for name, png in images:
-            atomic_write_bytes(fig_dir / f"{name}.png", png)
-    atomic_write_bytes(out / "report.md", doc.markdown("report_files").encode())
+        for name, data_bytes in images:
+            atomic_write_bytes(fig_dir / name, data_bytes)
+    elif fig_dir.is_dir() and not any(fig_dir.iterdir()):
+        fig_dir.rmdir()
+    data.save(out)
+    atomic_write_bytes(out / "report.md", doc.markdown(FILES).encode())
     atomic_write_bytes(out / "report.html", doc.html().encode())
     return {"markdown": str(out / "report.md"), "html": str(out / "report.html"), "figures": len(images),
-            "tables": sum(1 for b in doc.blocks if b[0] == "table")}
+            "tables": sum(1 for b in doc.blocks if b[0] == "table"), "data": str(out / DATA_DIR),
+            "videos": sum(1 for name, _ in images if name.endswith(".gif"))}

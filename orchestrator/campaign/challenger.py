@@ -3,9 +3,10 @@
     card = train_run_challenger("runs/cartpole-curefuzz", "bcq")   # -> runs/…/challengers/bcq/
 
 D is every AUT step of the run's safety phases (``sampling`` and ``fuzzing``, paper Sec. 5).
-Training goes through the Ray Train path of AUT training (``workers.challenger``), logged to the
-run's MLflow (experiment ``challenger-training``). The challenger folder then holds
-``model.d3`` (d3rlpy; ``deltarl evaluate --policy …/model.d3`` loads it), ``policy.pt``
+Training takes the path of AUT training (``workers.challenger``: a Ray Train job when a Ray
+cluster is there to use, else in this process; ``train_jobs.training_placement``), logged to the
+run's MLflow (experiment ``challenger-training``); the card says where it ran (``placement``).
+The challenger folder then holds ``model.d3`` (d3rlpy; ``deltarl evaluate --policy …/model.d3`` loads it), ``policy.pt``
 (TorchScript, where d3rlpy can trace the algorithm's action selection), ``training.json``
 (per-epoch metrics) and ``card.json``: Table 1's columns for the challenger and for the AUT
 evaluated from the same 100 starts, and the training times of both (Fig. 4).
@@ -24,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from envs import get_scenario
+from orchestrator.campaign.config import set_values
 from orchestrator.campaign.train_jobs import train_challenger_job
-from orchestrator.cluster.driver import start_ray
 from orchestrator.runs import tracking
 from orchestrator.runs.cards import challenger_card, read_card, write_card
 from orchestrator.runs.layout import CARD, MODEL_FILES, SAFETY_PHASES, RunFolder
@@ -38,7 +39,14 @@ def challenger_dir(run_dir: str | Path, algo: str) -> Path:
     return RunFolder(run_dir).challenger_dir(algo)
 
 
-def train_run_challenger(
+def train_run_challenger(run_dir: str | Path, algo: str, **kwargs) -> dict:
+    """Train the ``algo`` challenger on D of the run in ``run_dir`` (holding the run folder's
+    lock: one writer per folder); returns its card. Keywords: :func:`_train_run_challenger`."""
+    with RunFolder(run_dir).lock("deltarl train-challenger"):
+        return _train_run_challenger(run_dir, algo, **kwargs)
+
+
+def _train_run_challenger(
     run_dir: str | Path,
     algo: str,
     *,
@@ -92,15 +100,16 @@ def train_run_challenger(
 
 def _train_and_card(run: RunFolder, store, scenario, campaign: dict, cfg, out: Path, phases, episodes: int, *,
                     resume: bool, eval_episodes: int, mlflow: bool, progress: bool) -> dict:
-    """The Ray Train job, then the card; both in the run's MLflow (experiment challenger-training)."""
-    start_ray()
+    """The training job (:func:`~orchestrator.campaign.train_jobs.training_placement`: a Ray Train
+    job when a cluster is there to use, else in this process), then the card; both in the run's
+    MLflow (experiment challenger-training), written by a separate process."""
     mlrun = None
     if mlflow:
-        mlrun = tracking.start_run(run.root, "challenger-training", f"{scenario.name}-{cfg.algo}-s{cfg.seed}",
-                                   params={"config": dataclasses.asdict(cfg), "dataset": {
-                                       "run_id": store.run_id, "phases": list(phases), "episodes": episodes}},
-                                   tags={"deltarl.kind": "challenger-training", "scenario": scenario.name,
-                                         "algo": cfg.algo})
+        mlrun = tracking.AsyncRun(run.root, "challenger-training", f"{scenario.name}-{cfg.algo}-s{cfg.seed}",
+                                  params=set_values({"config": dataclasses.asdict(cfg), "dataset": {
+                                      "run_id": store.run_id, "phases": list(phases), "episodes": episodes}}),
+                                  tags={"deltarl.kind": "challenger-training", "scenario": scenario.name,
+                                        "algo": cfg.algo})
     t0 = time.perf_counter()
     try:
         state = train_challenger_job(cfg, run.root, out, phases=phases, resume=resume, tracking=mlrun,
@@ -111,14 +120,14 @@ def _train_and_card(run: RunFolder, store, scenario, campaign: dict, cfg, out: P
                                wall=time.perf_counter() - t0)
     except BaseException:
         if mlrun:
-            tracking.end_run(mlrun, "FAILED")
+            mlrun.end("FAILED")
         raise
     if mlrun:
         ev = card["evaluation"]
-        tracking.log_metrics(mlrun, {"final_mean_return": ev["mean_return"], "final_success_rate": ev["success_rate"],
-                                     "training_wall_seconds": card["training_wall_seconds"]}, step=state["step"])
-        tracking.log_artifact(mlrun, out / CARD)
-        tracking.end_run(mlrun)
+        mlrun.log_metrics({"final_mean_return": ev["mean_return"], "final_success_rate": ev["success_rate"],
+                           "training_wall_seconds": card["training_wall_seconds"]}, step=state["step"])
+        mlrun.log_artifact(out / CARD)
+        mlrun.end()  # waits until MLflow has everything (a failed MLflow only warns)
     return card
 
 

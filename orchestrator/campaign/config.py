@@ -4,7 +4,8 @@
     scenario: CartPole-v1
     aut: zoo:CartPole-v1           # any policy URI
     seed: 0
-    workers: 2                     # Ray rollout actors; 0 = in this process, no Ray
+    workers: auto                  # auto (default): in this process unless Ray pays (see below); N = N Ray
+                                   # rollout actors; 0 = in this process, no Ray
     output: runs/cartpole-curefuzz
     safety:
       fuzzer: curefuzz             # random | mdpfuzz | curefuzz | gmt
@@ -23,11 +24,13 @@
       challenger: null             # a policy URI; null = this run's challengers/<first algo>/model.d3
       oracle: auto                 # differential | statistical | auto (statistical when stochastic)
       delta: 0.0                   # bug when R_ca > R_aut + delta
-      repeats: null                # rollouts per agent and state (statistical oracle: 5)
+      repeats: null                # rollouts per agent and state (statistical oracle: 5; it
+                                   # refuses a count whose smallest p cannot reach alpha)
       alpha: 0.05                  # statistical oracle: one-sided Mann-Whitney U at alpha
       budget: {episodes: 1000}     # test cases (initial states, each run by both agents)
-      sampling_fraction: 0.1
-      generation_size: 64
+      sampling_fraction: 0.25     # as safety testing (the paper's "same setup")
+      generation_size: null        # null = the fuzzer's default: 8 for delta (energies refreshed
+                                   # every 8 test cases), 64 for the safety fuzzers
     llm:                           # only for LLM-guided fuzzers (llmtester); see workers/llm.py
       base_url: https://api.openai.com/v1   # any OpenAI-compatible server (vLLM, Ollama, llama.cpp)
       model: gpt-4o-mini
@@ -36,6 +39,14 @@
       tokens_per_minute: null
       max_concurrent: 4            # calls in flight
       actors: 2                    # async LLMGenerator actors
+      max_consecutive_failures: null  # N: stop the campaign after N LLM calls in a row without a usable
+                                   # scenario (a run whose LLM gave none exits 1 and says so)
+
+``workers: auto`` decides per phase, by one stated rule
+(:func:`orchestrator.cluster.executor.plan_workers`): in this process on a machine with fewer
+than 4 CPUs, or when the phase's work is too small to pay for Ray's start-up (under ~40 s of
+in-process rollouts, ~10 s when a Ray cluster is already running to join: ``deltarl ray up``);
+otherwise on CPUs − 1 rollout actors. Each phase's summary says which executor ran and why.
 
 The ``safety`` section may be ``null`` to skip safety testing (e.g. an optimality-only campaign
 with an existing challenger).
@@ -48,6 +59,7 @@ allowed. The resolved campaign (defaults filled in) is saved beside the results.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +68,8 @@ from envs import ScenarioError, ScenarioRef
 from orchestrator.fuzzers import FUZZERS, fuzzer_class
 from workers.llm import LLMConfig, LLMConfigError
 from workers.yamlfile import load_yaml
+
+MAX_SEED = 2**31 - 1  # seeds are 0 .. 2^31 - 1 (numpy refuses negative ones)
 
 
 class CampaignError(ValueError):
@@ -95,8 +109,12 @@ class OptimalitySpec:
     repeats: int | None = None
     alpha: float = 0.05
     budget: Budget = field(default_factory=lambda: Budget(episodes=1000))
-    sampling_fraction: float = 0.1
-    generation_size: int = 64
+    sampling_fraction: float = 0.25
+    generation_size: int | None = None  # None: the fuzzer's default_generation_size (delta 8, others 64)
+
+    def __post_init__(self):
+        if self.generation_size is None and str(self.fuzzer).lower() in FUZZERS:
+            self.generation_size = int(fuzzer_class(self.fuzzer).default_generation_size)
 
 
 @dataclass
@@ -106,7 +124,7 @@ class Campaign:
     output: str
     name: str = ""
     seed: int = 0
-    workers: int = 2
+    workers: int | str = "auto"  # "auto" or the number of Ray rollout actors (0: in this process)
     batch_size: int = 256
     scenario_overrides: dict = field(default_factory=dict)
     mlflow: bool = True
@@ -152,12 +170,24 @@ def _build(cls, data: Any, where: str):
         if sub is not None and value is not None:
             kwargs[name] = _build(sub, value, path)
             continue
+        if cls is Campaign and name == "workers":
+            kwargs[name] = _check_workers(value)
+            continue
         kwargs[name] = _check_type(value, str(hints[name]), path)
     missing = [n for n, f in fields.items()
                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and n not in kwargs]
     if missing:
         raise CampaignError(f"missing required key {where + '.' if where else ''}{missing[0]}")
     return cls(**kwargs)
+
+
+def _check_workers(value):
+    """``workers``: ``auto`` or an integer >= 0."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise CampaignError(f"workers must be auto or an integer >= 0 (0 runs in this process), got {value!r}")
+    return value
 
 
 def _check_type(value, hint: str, path: str):
@@ -173,6 +203,8 @@ def _check_type(value, hint: str, path: str):
                 ok, value = True, float(value)
             if not ok:
                 raise CampaignError(f"{path} must be {_TYPES[py]}, got {value!r}")
+            if py is float and not math.isfinite(value):  # YAML's .nan / .inf: an endless or undefined budget
+                raise CampaignError(f"{path} must be a finite number, got {value!r}")
             return value
     return value
 
@@ -214,6 +246,11 @@ def campaign_of_run(run_dir) -> Campaign:
 def validate_campaign(c: Campaign):
     """Semantic checks: known scenario and fuzzer, sane budgets and sizes. Returns the scenario it
     built (the phases reuse it through ``c.build_scenario()``)."""
+    if not isinstance(c.output, str) or not c.output.strip():
+        raise CampaignError(f"output must be a folder path, got {c.output!r} (an empty path would write the run "
+                            f"into the current folder): set output or give --out DIR")
+    if not 0 <= c.seed <= MAX_SEED:
+        raise CampaignError(f"seed must be an integer from 0 to {MAX_SEED}, got {c.seed}")
     try:
         scenario = c.build_scenario()
     except ScenarioError as exc:
@@ -239,8 +276,7 @@ def validate_campaign(c: Campaign):
             raise CampaignError(f"llm: {exc}") from exc
     if c.safety is None and c.challenger is None and c.optimality is None:
         raise CampaignError("the campaign has no phase: give a safety, challenger or optimality section")
-    if c.workers < 0:
-        raise CampaignError(f"workers must be >= 0 (0 runs in this process), got {c.workers}")
+    c.workers = _check_workers(c.workers)
     if c.batch_size < 1:
         raise CampaignError(f"batch_size must be >= 1, got {c.batch_size}")
     if c.challenger is not None:
@@ -279,6 +315,12 @@ def validate_campaign(c: Campaign):
             raise CampaignError(f"optimality.repeats must be >= 1, got {o.repeats}")
         if not 0 < o.alpha < 1:
             raise CampaignError(f"optimality.alpha must be in (0, 1), got {o.alpha}")
+        from orchestrator.fuzzers.oracles import make_oracle
+
+        try:  # e.g. a statistical oracle whose repeats cannot reach its alpha
+            make_oracle(o.oracle, scenario, delta=o.delta, repeats=o.repeats, alpha=o.alpha)
+        except ValueError as exc:
+            raise CampaignError(f"optimality: {exc}") from exc
     return scenario
 
 
@@ -298,3 +340,18 @@ def _validate_search(spec, where: str) -> None:
         raise CampaignError(f"{where}.sampling_fraction must be between 0 and 1 (exclusive), got {spec.sampling_fraction}")
     if spec.generation_size < 1:
         raise CampaignError(f"{where}.generation_size must be >= 1, got {spec.generation_size}")
+
+
+def set_values(d: dict) -> dict:
+    """``d`` without its unset entries (None, and sections left empty by that), recursively: what
+    MLflow gets as parameters (an unset option is no parameter, not the string "None")."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            v = set_values(v)
+            if not v:
+                continue
+        if v is None:
+            continue
+        out[k] = v
+    return out

@@ -15,8 +15,10 @@ as ``bugs.parquet``) → a snapshot → MLflow, Ray metrics, the progress bar.
 
 Snapshots (``snapshots/<prefix>-NNNNNN.pkl``, written whole) hold the fuzzer's state, the loop
 state and the Parquet part files committed so far; ``resume`` deletes the parts written after
-the last snapshot (a generation cut short), restores both states and continues: with an episode
-budget the resumed run reaches exactly the result of an uninterrupted one with the same seed.
+the last snapshot (a generation cut short, or every part of the phase when it was killed before
+its first snapshot), restores both states and continues: with an episode budget the resumed run
+reaches exactly the result of an uninterrupted one with the same seed. A damaged newest
+snapshot falls back to the previous one (two are kept), with a message.
 The sampling phase spends ``sampling_fraction`` of the budget (episodes or seconds) on the
 initial corpus.
 """
@@ -26,16 +28,19 @@ from __future__ import annotations
 import abc
 import dataclasses
 import pickle
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
 
+from orchestrator.campaign.config import set_values
 from orchestrator.cluster.driver import CampaignMetrics
-from orchestrator.cluster.executor import Executor
+from orchestrator.cluster.executor import Executor, resolve_workers
 from orchestrator.cluster.llm_pool import attach_llm, llm_metrics
 from orchestrator.runs import tracking
+from orchestrator.runs.files import damaged_error, damaged_parts
 from orchestrator.runs.layout import SNAPSHOT_PREFIX, RunFolder
 from orchestrator.runs.store import StoreError, atomic_write_bytes
 
@@ -75,6 +80,7 @@ class Phase(abc.ABC):
         self.run, self.store, self.fuzzer = run, store, fuzzer
         self.uris, self.policies = uris, policies
         self.policy_hashes: dict = {}
+        self.executor_info: dict = {}  # which executor ran the phase and why (the summary has it)
 
     @abc.abstractmethod
     def judge(self, states, result, gen_seed: int):
@@ -102,19 +108,33 @@ class Phase(abc.ABC):
         return {}
 
     def mlflow_run(self, resume: bool):
-        """Start this phase's MLflow run (None when the campaign has MLflow off)."""
+        """Start this phase's MLflow run (None when the campaign has MLflow off). It is written by
+        a separate process (:class:`~orchestrator.runs.tracking.AsyncRun`): the phase does not wait
+        for MLflow to start, and :func:`run_phase` flushes it at the end."""
         if not self.campaign.mlflow:
             return None
-        return tracking.start_run(self.run.root, self.name, f"{self.campaign.name}-{self.spec.fuzzer}",
-                                  params={"campaign": self.campaign.to_dict(), "resume": resume, **self.mlflow_params()},
-                                  tags={"deltarl.kind": self.name, "scenario": self.scenario.name,
-                                        "fuzzer": self.spec.fuzzer, **self.mlflow_tags()})
+        return tracking.AsyncRun(self.run.root, self.name, f"{self.campaign.name}-{self.spec.fuzzer}",
+                                 params=set_values({"campaign": self.campaign.to_dict(), "resume": resume,
+                                                    **self.mlflow_params()}),
+                                 tags={"deltarl.kind": self.name, "scenario": self.scenario.name,
+                                       "fuzzer": self.spec.fuzzer, **self.mlflow_tags()})
 
     def mlflow_params(self) -> dict:
         return {}
 
     def mlflow_tags(self) -> dict:
         return {}
+
+
+# MLflow's charts show sections named by a metric's prefix ("findings/...") alphabetically, before
+# the unprefixed "Model metrics": what a phase found goes first, over the episodes (test cases) run
+FINDINGS = ("failures", "distinct_failures", "bugs", "distinct_bugs")
+
+
+def mlflow_metrics(metrics: dict) -> dict:
+    """A phase's metrics as MLflow gets them: failures and bugs (and their distinct cells) in the
+    ``findings/`` section, the rest as they are."""
+    return {f"findings/{k}" if k in FINDINGS else k: v for k, v in metrics.items()}
 
 
 # -- budget ------------------------------------------------------------------------------------
@@ -154,31 +174,75 @@ def snapshot(run: RunFolder, phase: str, fuzzer, st: LoopState, keep: int = 2) -
 
 def _load_snapshot(path: Path) -> dict:
     try:
-        return pickle.loads(path.read_bytes())
+        snap = pickle.loads(path.read_bytes())
+        if not isinstance(snap, dict) or not {"fuzzer", "state", "committed"} <= set(snap):
+            raise ValueError("not a deltarl generation snapshot")
+        return snap
     except Exception as exc:  # noqa: BLE001 - a snapshot of another deltarl version or a damaged file
-        raise StoreError(f"snapshot {path} cannot be read ({type(exc).__name__}: {exc}); it was written by another "
-                         f"deltarl version or is damaged: start the run anew") from exc
+        raise StoreError(f"snapshot {path} cannot be read ({type(exc).__name__}: {str(exc)[:160]}); it was written "
+                         f"by another deltarl version or is damaged") from exc
+
+
+def newest_snapshot(run: RunFolder, phase: str) -> dict | None:
+    """The newest readable snapshot of ``phase`` (None when it has none). A damaged newest one
+    (truncated by a full disk, a copy cut short) falls back to the one before, with a message on
+    stderr; when none can be read: :class:`StoreError`."""
+    snaps = run.snapshot_files(phase)
+    errors = []
+    for path in reversed(snaps):
+        try:
+            snap = _load_snapshot(path)
+        except StoreError as exc:
+            errors.append(str(exc))
+            continue
+        if errors:
+            print(f"deltarl: warning: {errors[0]}; resuming from the previous snapshot {path.name} (its generation "
+                  f"is run again)", file=sys.stderr)
+        return snap
+    if errors:
+        raise StoreError(f"no snapshot of the {phase} phase in {run.snapshots} can be read ({errors[0]}): the run "
+                         f"cannot be resumed; start it anew in another folder")
+    return None
 
 
 def restore(run: RunFolder, phase: str, fuzzer, state_class, committed: list[str] | None = None):
-    """The newest snapshot of ``phase`` into ``fuzzer``; part files written after it are deleted.
-    Without a snapshot: a fresh state, keeping only ``committed`` parts (when given)."""
-    snaps = run.snapshot_files(phase)
-    if not snaps:
-        if committed is not None:
-            drop_uncommitted(run.root, set(committed))
+    """The newest readable snapshot of ``phase`` into ``fuzzer``; part files written after it are
+    deleted: every part that no phase's newest snapshot committed (and that is not in
+    ``committed``). Without a snapshot of ``phase`` (a kill before its first one): a fresh state,
+    and the phase's parts are gone. The parts kept must be readable (:class:`StoreError` naming
+    the damaged ones)."""
+    snap = newest_snapshot(run, phase)
+    keep = set(committed or [])
+    for other in SNAPSHOT_PREFIX:  # what any phase committed stays (a finished phase's parts too)
+        other_snap = snap if other == phase else newest_snapshot(run, other)
+        if other_snap is not None:
+            keep |= set(other_snap["committed"])
+    drop_uncommitted(run.root, keep)
+    bad = damaged_parts(run.root / name for name in sorted(keep))
+    if bad:
+        raise damaged_error(bad, f"run {run.root}")
+    if snap is None:
         return state_class()
-    snap = _load_snapshot(snaps[-1])
-    drop_uncommitted(run.root, set(snap["committed"]))
     fuzzer.load_state_dict(snap["fuzzer"])
     state = snap["state"]
     return state_class(**state) if isinstance(state, dict) else state
 
 
+def committed_anywhere(run: RunFolder) -> set:
+    """The part files that some phase's newest snapshot committed (a finished phase's parts
+    stay when a later phase is restored)."""
+    keep = set()
+    for phase in SNAPSHOT_PREFIX:
+        snap = newest_snapshot(run, phase)
+        if snap is not None:
+            keep |= set(snap["committed"])
+    return keep
+
+
 def committed_by(run: RunFolder, phase: str) -> list[str]:
     """The part files ``phase`` had committed at its last snapshot (none: [])."""
-    snaps = run.snapshot_files(phase)
-    return _load_snapshot(snaps[-1])["committed"] if snaps else []
+    snap = newest_snapshot(run, phase)
+    return snap["committed"] if snap is not None else []
 
 
 def drop_uncommitted(run_dir: Path, keep: set) -> None:
@@ -189,15 +253,34 @@ def drop_uncommitted(run_dir: Path, keep: set) -> None:
 
 
 # -- the loop ----------------------------------------------------------------------------------
+def plan_executor(phase: Phase, st: LoopState) -> tuple[int, str]:
+    """The phase's rollout actors and why (``workers: auto``: by the work left in its budget)."""
+    b = phase.spec.budget
+    episodes = None if b.episodes is None else phase.episodes_run(max(0, b.episodes - st.done))
+    seconds = None if b.seconds is None else max(0.0, b.seconds - st.elapsed)
+    return resolve_workers(phase.campaign.workers, episodes=episodes, seconds=seconds)
+
+
 def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bool = True) -> dict:
     """Run ``phase`` from ``st`` until its budget is spent; write its summary and return it."""
     campaign, spec, fuzzer = phase.campaign, phase.spec, phase.fuzzer
     fuzzer.start_phase(st.phase)
     mlrun = phase.mlflow_run(resume)
-    llm_pool = attach_llm(fuzzer, campaign, phase.run.root)  # LLM-guided fuzzers only
-    executor = Executor(phase.scenario, phase.uris, workers=campaign.workers, batch_size=campaign.batch_size,
-                        scenario_overrides=campaign.scenario_overrides, policies=phase.policies)
+    llm_pool = None
+    try:
+        workers, why = plan_executor(phase, st)
+        llm_pool = attach_llm(fuzzer, campaign, phase.run.root, use_ray=workers > 0)  # LLM-guided fuzzers only
+        executor = Executor(phase.scenario, phase.uris, workers=workers, batch_size=campaign.batch_size,
+                            scenario_overrides=campaign.scenario_overrides, policies=phase.policies, reason=why,
+                            name=f"{campaign.name}/{phase.name}")
+    except BaseException:
+        if llm_pool is not None:
+            llm_pool.close()
+        if mlrun:
+            mlrun.end("FAILED")
+        raise
     phase.policy_hashes = executor.policy_hashes
+    phase.executor_info = executor.describe()
     ray_metrics = CampaignMetrics(campaign.name, phase.name)
     budget_n, budget_s = spec.budget.episodes, spec.budget.seconds
     desc = f"{'' if phase.name == 'safety' else phase.name + ' '}{spec.fuzzer} {phase.scenario.name}"
@@ -210,25 +293,40 @@ def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bo
             phase.commit(st)
             snapshot(phase.run, phase.name, fuzzer, st)
             if mlrun:
-                tracking.log_metrics(mlrun, {k: v for k, v in row.items() if k not in ("generation", "phase")},
-                                     step=st.done)
-            ray_metrics.update(episodes=phase.episodes_run(n), **phase.gauges(row))
+                mlrun.log_metrics(mlflow_metrics({k: v for k, v in row.items() if k not in ("generation", "phase")}),
+                                  step=st.done)
+            done = f"{st.done}/{budget_n} {phase.count_name}" if budget_n else f"{st.elapsed:.0f}/{budget_s:g} s"
+            ray_metrics.update(episodes=phase.episodes_run(n), progress=done, **phase.gauges(row))
             bar.update(n if budget_n else st.elapsed - bar.n)
             bar.set_postfix(**phase.postfix(row), phase=st.phase)
     except BaseException:
         if mlrun:
-            tracking.end_run(mlrun, "FAILED")
+            mlrun.end("FAILED")
         raise
     finally:
         bar.close()
         executor.close()
         if llm_pool is not None:
             llm_pool.close()
-    summary = phase.summarize(st)
+    summary = _with_llm_figures(phase, phase.summarize(st))
     if mlrun:
-        tracking.log_metrics(mlrun, {k: v for k, v in summary.items() if isinstance(v, (int, float))}, step=st.done)
-        tracking.log_artifact(mlrun, phase.run.summary_json(phase.name))
-        tracking.end_run(mlrun)
+        mlrun.log_metrics(mlflow_metrics({k: v for k, v in summary.items() if isinstance(v, (int, float))}), step=st.done)
+        mlrun.log_artifact(phase.run.summary_json(phase.name))
+        mlrun.end()  # waits until MLflow has everything (a failed MLflow only warns)
+    return summary
+
+
+def _with_llm_figures(phase: Phase, summary: dict) -> dict:
+    """An LLM-guided fuzzer's summary says how many LLM calls gave a usable scenario: a method
+    whose every call fell back to random mutation must not look like a working one."""
+    if not phase.fuzzer.needs_llm:
+        return summary
+    s = phase.fuzzer.stats()
+    calls, usable = int(s.get("llm_calls", 0)), int(s.get("llm_usable", 0))
+    summary = {**summary, "llm_calls": calls, "llm_usable": usable, "llm_fallbacks": int(s.get("llm_fallbacks", 0)),
+               "llm_failed": int(s.get("llm_failed", 0)), "llm_unparseable": int(s.get("llm_unparseable", 0)),
+               "llm_invalid": int(s.get("llm_invalid", 0)), "llm_no_usable_scenario": calls > 0 and usable == 0}
+    phase.run.write_json(phase.run.summary_json(phase.name), summary)
     return summary
 
 

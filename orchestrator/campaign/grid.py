@@ -166,7 +166,8 @@ def row(point: dict, campaign, results: dict | None, error: str | None = None) -
             r[f"{c['config']['algo']}_return"] = c["evaluation"]["mean_return"]
         o = results.get("optimality")
         if o:
-            r.update(cases=o["cases"], bugs=o["bugs"], distinct_bugs=o["distinct_bugs"], distance=o["distance"])
+            r.update(cases=o["cases"], bugs=o["bugs"], distinct_bugs=o["distinct_bugs"], distance=o["distance"],
+                     distance_normalized=o.get("distance_normalized", float("nan")))
     return r
 
 

@@ -18,19 +18,22 @@ exactly these episode seeds), the episode ids of both agents' trajectories in th
 both policies' sha256.
 
 Metrics (Tables 2–4): bugs, distinct bugs (grid cells of the bug initial states, the
-scenario's intervals), distance (mean pairwise Euclidean distance between bug initial states
-with every dimension min–max normalised by the scenario's initial-state bounds).
+scenario's intervals), distance (mean pairwise Euclidean distance between bug initial states in
+raw state units, the paper's scale) and ``distance_normalized`` (the same after min–max
+normalising every dimension by the scenario's initial-state bounds). A fuzzer that reports
+decision shares (Delta: how often each energy term decided the chosen seed) adds them to the
+summary.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from orchestrator.analysis.evaluation import shared_policy
 from orchestrator.campaign.confirm import Confirmer
 from orchestrator.campaign.generations import (
     LoopState,
@@ -40,10 +43,10 @@ from orchestrator.campaign.generations import (
     run_phase,
 )
 from orchestrator.fuzzers import Feedback, make_fuzzer
-from orchestrator.fuzzers.oracles import bug_distance, make_oracle
+from orchestrator.fuzzers.oracles import bug_distance, bug_distance_normalized, make_oracle
+from orchestrator.runs.files import new_run_id
 from orchestrator.runs.layout import RunFolder
 from orchestrator.runs.store import RunStore, StoreError
-from workers.policies import load_policy
 
 PHASE = "optimality"
 BUG_COLUMNS = ("bug_id", "generation", "state_index", "gen_seed", "aut_return", "ca_return", "p_value",
@@ -69,11 +72,13 @@ def resolve_challenger(campaign) -> str:
 
 
 def metrics(scenario, bug_states: np.ndarray, distance: bool = True) -> dict:
-    """Bugs, distinct bugs and (unless ``distance=False``: O(bugs²), left to the summary) distance."""
+    """Bugs, distinct bugs and (unless ``distance=False``: O(bugs²), left to the summary) distance
+    in raw state units and ``distance_normalized`` (min–max by the initial-state bounds)."""
     n = int(bug_states.shape[0])
     out = {"bugs": n, "distinct_bugs": scenario.count_distinct(bug_states) if n else 0}
     if distance:
-        out["distance"] = bug_distance(bug_states, scenario.low, scenario.high)
+        out["distance"] = bug_distance(bug_states)
+        out["distance_normalized"] = bug_distance_normalized(bug_states, scenario.low, scenario.high)
     return out
 
 
@@ -173,9 +178,15 @@ class OptimalityPhase(Phase):
             "delta": spec.delta, "alpha": getattr(oracle, "alpha", None), "seed": c.seed,
             "cases": st.done, "sampling_cases": st.sampling_done, "generations": st.generation,
             "wall_seconds": st.elapsed, **m, "flaky_bugs": len(st.flaky), "confirm_seconds": st.confirm_seconds,
+            **self.executor_info,
             "grid_intervals": self.scenario.grid_intervals,
-            "distance_normalization": "min-max by the scenario's initial-state bounds, zero-width dimensions dropped",
+            "distance_units": "raw initial-state units (the paper's scale)",
+            "distance_normalization": "distance_normalized: min-max by the scenario's initial-state bounds, "
+                                      "zero-width dimensions dropped",
             "bug_rate": m["bugs"] / st.done if st.done else float("nan"),
+            "generation_size": spec.generation_size, "sampling_fraction": spec.sampling_fraction,
+            # Delta: per energy term, the share of seed draws it decided (absent for other fuzzers)
+            **{k: v for k, v in self.fuzzer.stats().items() if k.startswith("decision_share_")},
         }
         self.run.write_json(self.run.summary_json(PHASE), summary)
         if st.timeline:
@@ -190,13 +201,13 @@ def run_optimality(campaign, *, resume: bool = False, progress: bool = True, sce
     scenario = scenario if scenario is not None else campaign.build_scenario()
     run = RunFolder(campaign.output)
     ca_uri = run.challenger_uri(campaign)
-    policies = {"aut": load_policy(campaign.aut, scenario), "challenger": load_policy(ca_uri, scenario)}
+    policies = {"aut": shared_policy(campaign.aut, scenario), "challenger": shared_policy(ca_uri, scenario)}
     oracle = make_oracle(spec.oracle, scenario, delta=spec.delta, repeats=spec.repeats, alpha=spec.alpha)
     fuzzer = make_fuzzer(spec.fuzzer, scenario, seed=campaign.seed, **spec.params)
     if run.store_json.is_file():
         store = RunStore.open(run.root)
     else:
-        store = RunStore.create(run.root, scenario, run_id=f"{campaign.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        store = RunStore.create(run.root, scenario, run_id=new_run_id(campaign.name))
         run.write_campaign(campaign)
     if resume:
         st = restore(run, PHASE, fuzzer, OptimalityState, committed=committed_by(run, "safety"))

@@ -4,32 +4,72 @@
     print(summary_table(results))
 
 Each phase runs when the campaign has its section; ``resume=True`` continues the run folder:
-a finished phase is not redone (safety and optimality pick up from their last generation
-snapshot and stop at once when their budget is spent, a challenger with a card is kept).
+a finished phase is not redone (a finished safety or optimality phase is read back, an
+interrupted one picks up from its last generation snapshot, a challenger with a card is kept).
+The folder's lock is held throughout: one process writes a run folder at a time.
 """
 
 from __future__ import annotations
 
+import shutil
+
 from orchestrator.campaign.challenger import run_challenger_phase
+from orchestrator.campaign.generations import committed_anywhere, drop_uncommitted
 from orchestrator.campaign.optimality import run_optimality
 from orchestrator.campaign.safety import run_safety
-from orchestrator.runs.layout import RunFolder
+from orchestrator.runs.layout import PHASE_SECTIONS, RunFolder
+from orchestrator.runs.mlflow_ui import ui_lines
+from orchestrator.runs.store import atomic_write_bytes
 
 
 def run_campaign(campaign, *, resume: bool = False, progress: bool = True) -> dict:
+    """Run ``campaign``'s phases in its run folder, holding the folder's lock throughout (one
+    writer per folder). The folder must be new or empty, or (``resume``) hold this campaign, or
+    hold a run of the same scenario, AUT and seed without the phases this campaign adds
+    (:meth:`RunFolder.claim`). A new run that fails before its first snapshot leaves nothing."""
     scenario = campaign.build_scenario()  # built once (validation built it already), reused by every phase
     run = RunFolder(campaign.output)
-    out = {"campaign": campaign.name, "output": str(run.root), "safety": None, "challengers": [],
-           "optimality": None}
-    if campaign.safety is not None:
+    with run.lock("deltarl run --resume" if resume else "deltarl run"):
+        before = run.campaign_json.read_bytes() if run.has_campaign() else None
+        mode = run.claim(campaign.to_dict(), resume=resume)
+        try:
+            out = _run_phases(campaign, run, scenario, resume=resume, progress=progress)
+        except Exception:
+            _undo(run, campaign, mode, before)
+            raise
+    return out
+
+
+def _run_phases(campaign, run: RunFolder, scenario, *, resume: bool, progress: bool) -> dict:
+    out = {"campaign": campaign.name, "output": str(run.root), "safety": run.summary("safety"),
+           "challengers": run.cards(), "optimality": run.summary("optimality")}
+    if campaign.safety is not None and not (resume and run.finished("safety")):
         out["safety"] = run_safety(campaign, resume=resume, progress=progress, scenario=scenario)
     if campaign.challenger is not None:
         out["challengers"] = run_challenger_phase(campaign, resume=resume, progress=progress)
-    if campaign.optimality is not None:
-        opt_resume = resume and run.has_phase("optimality")
-        out["optimality"] = run_optimality(campaign, resume=opt_resume, progress=progress, scenario=scenario)
+    if campaign.optimality is not None and not (resume and run.finished("optimality")):
+        out["optimality"] = run_optimality(campaign, resume=resume, progress=progress, scenario=scenario)
     run.write_json(run.results_json, out)
     return out
+
+
+def _undo(run: RunFolder, campaign, mode: str, before: bytes | None) -> None:
+    """After a failure before anything was committed: a new run leaves its folder as it found
+    it (empty), a phase added to a run gives the run its campaign.json back."""
+    added = [p for p in PHASE_SECTIONS if getattr(campaign, p) is not None]
+    if any(run.has_phase(p) for p in ("safety", "optimality") if p in added) or (
+            "challenger" in added and run.challenger_cards()):
+        return  # a generation (or a challenger) is committed: the run is resumable, keep it
+    if mode == "new":
+        for name in run.entries():
+            path = run.root / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+    elif mode == "add" and before is not None:
+        drop_uncommitted(run.root, committed_anywhere(run))  # parts of the added phase's first generation
+        atomic_write_bytes(run.campaign_json, before)
 
 
 def summary_table(results: dict) -> str:
@@ -51,6 +91,10 @@ def summary_table(results: dict) -> str:
         rows.append(("optimality", f"{o['fuzzer']} ({o['oracle']} oracle), {o['cases']} test cases, {o['wall_seconds']:.0f} s",
                      f"{o['bugs']} bugs in {o['distinct_bugs']} distinct cells, distance {dist}"
                      f"{_flaky(o.get('flaky_bugs'))}"))
+    for name, r in (("safety", s), ("optimality", o)):
+        if r and r.get("llm_calls") is not None:  # an LLM-guided fuzzer: did the LLM do its part?
+            none = " (NONE: every LLM seed fell back to random mutation)" if r.get("llm_no_usable_scenario") else ""
+            rows.append((f"{name} LLM", f"{r['llm_calls']} calls", f"{r['llm_usable']} usable scenarios{none}"))
     lines = ["| phase | work | result |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
     run = RunFolder(results["output"])
     root = run.root
@@ -59,11 +103,18 @@ def summary_table(results: dict) -> str:
     if s and s["failures"]:
         files.append(f"failures          {run.failures_parquet}  (deltarl replay {root} ID --failure)")
     if o and o["bugs"]:
-        files.append(f"bugs              {run.bugs_parquet}  (deltarl replay {root} BUG_ID)")
+        files.append(f"bugs              {run.bugs_parquet}  (deltarl replay {root} BUG_ID [--video])")
     if (s and s.get("flaky_failures")) or (o and o.get("flaky_bugs")):
         files.append(f"flaky candidates  {root}/flaky_*.parquet  (held in the batched search, not alone)")
+    for name, summary in (("safety", s), ("optimality", o)):
+        if summary and summary.get("executor"):
+            why = f" ({summary['executor_reason']})" if summary.get("executor_reason") else ""
+            files.append(f"{name + ' ran':<18}{summary['executor']}{why}")
+    for c in results.get("challengers") or []:
+        if c.get("placement"):
+            files.append(f"{c['config']['algo'] + ' trained':<18}{c['placement']}")
     files += [f"summary           {run.results_json}",
-              f"MLflow            mlflow ui --backend-store-uri sqlite:///{root.resolve() / 'mlflow.db'}"]
+              "MLflow            " + "\n".join(ui_lines(root / "mlflow.db"))]
     notes = ["", "Failures and bugs are confirmed with each agent acting alone (one observation per call, as "
              "deployed); candidates that held only in the batched search are counted as flaky: the agent is "
              "near-tied at those states."] if (s and s.get("flaky_failures")) or (o and o.get("flaky_bugs")) else []

@@ -235,10 +235,16 @@ def fuzz_compare(inp: RepairInputs, improved_uri: str, budget: int, out: Path, f
     return res
 
 
-def repair_run(run_dir: str | Path, cfg=None, *, out: str | Path | None = None, fuzz_budget: int | None = None,
-               fuzz_fuzzer: str = "curefuzz", fuzz_workers: int = 0, eval_episodes: int = EVAL_EPISODES, force: bool = False,
-               progress: bool = True) -> dict:
-    """Repair the AUT of the run in ``run_dir``; writes ``repair/`` and returns ``repair.json``'s content."""
+def repair_run(run_dir: str | Path, cfg=None, **kwargs) -> dict:
+    """Repair the AUT of the run in ``run_dir`` (holding the run folder's lock: one writer per
+    folder); writes ``repair/`` and returns ``repair.json``'s content. Keywords: :func:`_repair_run`."""
+    with RunFolder(run_dir).lock("deltarl repair"):
+        return _repair_run(run_dir, cfg, **kwargs)
+
+
+def _repair_run(run_dir: str | Path, cfg=None, *, out: str | Path | None = None, fuzz_budget: int | None = None,
+                fuzz_fuzzer: str = "curefuzz", fuzz_workers: int = 0, eval_episodes: int = EVAL_EPISODES,
+                force: bool = False, progress: bool = True) -> dict:
     cfg = (cfg or RepairConfig()).validate()
     if eval_episodes < 1:
         raise TrainingError(f"eval_episodes must be >= 1, got {eval_episodes}")

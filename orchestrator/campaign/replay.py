@@ -3,6 +3,7 @@ seeds, every policy acting alone (one observation per call), exactly as the camp
 
     replay_bug("runs/quickstart", 0)        # AUT and challenger again, both returns
     replay_failure("runs/quickstart", 0)    # the AUT again: does it still fail?
+    bug_video("runs/quickstart", 0)         # runs/quickstart/videos/bug-0.gif: AUT | challenger
 
 The record holds the state, the generation's seed and the state's index in it (so stochastic
 scenarios meet the same noise), and the policies' sha256: a policy file that changed since is
@@ -20,6 +21,8 @@ from orchestrator.campaign.confirm import by_state, solo_rollout
 from orchestrator.runs.layout import RunFolder
 from orchestrator.runs.store import StoreError
 from workers.policies import load_policy
+from workers.render import render_episodes, write_side_by_side
+from workers.rollout import episode_seeds
 
 
 def _row(table, key: str, ident: int, path: Path, what: str):
@@ -83,3 +86,45 @@ def replay(run_dir: str | Path, bug_id: int) -> dict:
     out = replay_bug(run_dir, bug_id)
     out["bug_id"] = out["id"]
     return out
+
+
+def _episode_seed(row) -> int:
+    """The recorded episode's seed (repeat 0 of the state in its generation)."""
+    return int(episode_seeds(int(row["gen_seed"]), np.array([int(row["state_index"])]), np.array([0]))[0])
+
+
+def bug_video(run_dir: str | Path, bug_id: int, out: str | Path | None = None, *, failure: bool = False,
+              fps: float = 15.0, max_frames: int = 120) -> dict:
+    """Render bug ``bug_id`` (or with ``failure`` safety failure ``bug_id``): the AUT's and the
+    challenger's episodes from the recorded state, side by side, in the scenario's reference
+    gymnasium environment (``rgb_array``; MuJoCo offscreen), each agent acting alone with the
+    recorded episode seed. Writes a GIF (default ``RUN/videos/bug-ID.gif``, ``failure-ID.gif``)
+    and returns its path, both episodes' returns and lengths, and the recorded returns (with
+    ``repeats`` > 1 those are means over the repeats; the video shows repeat 0)."""
+    run = RunFolder(run_dir)
+    campaign = campaign_of_run(run.root)
+    scenario = campaign.build_scenario()
+    repeats = 1
+    if failure:
+        row = _row(run.failures(), "failure_id", bug_id, run.failures_parquet, "its safety phase found no failure")
+        roles = {"AUT": _policy(campaign.aut, scenario, row["aut_sha256"], "aut")}
+    else:
+        row = _row(run.bugs(), "bug_id", bug_id, run.bugs_parquet, "run an optimality phase first")
+        summary = run.summary("optimality") or {}
+        repeats = int(summary.get("repeats") or 1)
+        roles = {"AUT": _policy(campaign.aut, scenario, row["aut_sha256"], "aut"),
+                 "challenger": _policy(summary.get("challenger") or run.challenger_uri(campaign), scenario,
+                                       row["ca_sha256"], "challenger")}
+    kind = "failure" if failure else "bug"
+    state = np.asarray(row["initial_state"], dtype=np.float64)
+    episodes = render_episodes(scenario, roles, state, _episode_seed(row), max_frames=max_frames)
+    path = Path(out) if out is not None else run.root / "videos" / f"{kind}-{int(bug_id)}.gif"
+    title = f"{scenario.name} {kind} {int(bug_id)}: " + ", ".join(
+        f"{n}={v:.3g}" for n, v in zip(scenario.state_names, state))
+    write_side_by_side(path, episodes, title=title[:100], fps=fps)
+    recorded = {"AUT": float(row["aut_return"]), **({} if failure else {"challenger": float(row["ca_return"])})}
+    returns = {label: e.total for label, e in episodes}
+    return {"kind": kind, "id": int(bug_id), "path": str(path), "scenario": scenario.name, "repeats": repeats,
+            "returns": returns, "lengths": {label: e.length for label, e in episodes},
+            "failed": {label: e.failure for label, e in episodes}, "recorded": recorded,
+            "same_as_recorded": repeats == 1 and returns == recorded}

@@ -9,15 +9,16 @@ the aggregate (mean return with its 95% CI margin, failures, throughput).
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
-import uuid
 
 import numpy as np
 from tqdm import tqdm
 
 from orchestrator.analysis.stats import mean_ci
 from orchestrator.cluster.executor import Executor
+from orchestrator.runs.files import new_run_id
 from orchestrator.runs.layout import RunFolder
 from orchestrator.runs.store import RunStore
 from workers.policies import load_policy
@@ -28,8 +29,28 @@ def record_rollouts(scenario, policy_uri: str, states: np.ndarray, out, *, worke
                     seed: int = 0, max_steps: int | None = None, dashboard: bool = False, progress: bool = True) -> dict:
     """Run ``policy_uri`` from ``states``; write steps, episodes and ``summary.json`` under ``out``."""
     policy = load_policy(policy_uri, scenario)  # raises PolicyError with the reason, before anything is written
-    run_id = f"rollout-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-    store = RunStore.create(out, scenario, run_id)  # refuses a folder holding another run
+    run = RunFolder(out)
+    if run.is_run():
+        RunStore.check_new(out)  # "already holds run ...": the store's own message
+    run.check_empty()  # files already there are never overwritten
+    with run.lock("deltarl rollout"):
+        run.check_empty()
+        try:
+            return _record(scenario, policy_uri, policy, states, run, workers=workers, batch_size=batch_size, seed=seed,
+                           max_steps=max_steps, dashboard=dashboard, progress=progress)
+        except Exception:
+            if not any(run.episodes_dir.glob("*.parquet")):  # nothing recorded: leave the folder as found
+                for name in run.entries():
+                    path = run.root / name
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+            raise
+
+
+def _record(scenario, policy_uri: str, policy, states: np.ndarray, run: RunFolder, *, workers: int, batch_size: int,
+            seed: int, max_steps: int | None, dashboard: bool, progress: bool) -> dict:
+    out = run.root
+    run_id = new_run_id("rollout")
+    store = RunStore.create(out, scenario, run_id)
     n = states.shape[0]
     results = []
     with Executor(scenario, {"aut": policy_uri}, workers=workers, batch_size=batch_size,
@@ -49,6 +70,5 @@ def record_rollouts(scenario, policy_uri: str, states: np.ndarray, out, *, worke
                    policy=policy_uri, policy_sha256=ex.policy_hashes["aut"], workers=workers, executor=ex.kind,
                    seed=seed, wall_seconds=wall, startup_seconds=ex.startup_seconds,
                    episodes_per_second=n / wall if wall > 0 else float("inf"))
-    run = RunFolder(out)
     run.write_json(run.summary_json("safety"), summary)
     return summary

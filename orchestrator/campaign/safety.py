@@ -12,7 +12,6 @@ the scenario's grid.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,12 +19,13 @@ import pandas as pd
 import pyarrow as pa
 
 from orchestrator.analysis.diversity import failure_diversity
+from orchestrator.analysis.evaluation import shared_policy
 from orchestrator.campaign.confirm import Confirmer
 from orchestrator.campaign.generations import LoopState, Phase, restore, run_phase
 from orchestrator.fuzzers import Feedback, make_fuzzer
+from orchestrator.runs.files import new_run_id
 from orchestrator.runs.layout import RunFolder
 from orchestrator.runs.store import RunStore, StoreError
-from workers.policies import load_policy
 
 FAILURE_COLUMNS = ("failure_id", "generation", "state_index", "gen_seed", "aut_return", "batched_aut_return",
                    "length", "episode_id", "aut_sha256", "wall_time")
@@ -100,7 +100,7 @@ class SafetyPhase(Phase):
             "seed": c.seed, "episodes": st.done, "sampling_episodes": st.sampling_done,
             "generations": st.generation, "wall_seconds": st.elapsed, "rollout_seconds": st.rollout_seconds,
             "failures": st.failures, "distinct_failures": self._distinct(st), "flaky_failures": len(st.flaky),
-            "confirm_seconds": st.confirm_seconds,
+            "confirm_seconds": st.confirm_seconds, **self.executor_info,
             "grid_intervals": self.scenario.grid_intervals,
             "failure_rate": st.failures / st.done if st.done else float("nan"),
             # LLMTester's Table II: distinct entire / initial / terminal states of the failures (N = 10)
@@ -118,14 +118,14 @@ def run_safety(campaign, *, resume: bool = False, progress: bool = True, scenari
     scenario = scenario if scenario is not None else campaign.build_scenario()
     spec = campaign.safety
     run = RunFolder(campaign.output)
-    aut = load_policy(campaign.aut, scenario)  # a policy that does not load or fit: clear error, nothing written
+    aut = shared_policy(campaign.aut, scenario)  # a policy that does not load or fit: clear error, nothing written
     fuzzer = make_fuzzer(spec.fuzzer, scenario, seed=campaign.seed, **spec.params)
     if resume:
         if not run.has_campaign():
             raise StoreError(f"{run.root} holds no campaign to resume (campaign.json missing)")
         store = RunStore.open(run.root)
     else:
-        store = RunStore.create(run.root, scenario, run_id=f"{campaign.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+        store = RunStore.create(run.root, scenario, run_id=new_run_id(campaign.name))
         run.write_campaign(campaign)
     phase = SafetyPhase(campaign, spec, scenario, run, store, fuzzer, {"aut": campaign.aut}, {"aut": aut})
     st = restore(run, "safety", fuzzer, SafetyState) if resume else SafetyState()

@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `deltarl scenarios | head`
         sys.stderr.close()
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback (`deltarl run` adds how to resume)
+        print("\ndeltarl: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

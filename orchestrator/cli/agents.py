@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from orchestrator.cli.common import UsageError
+from orchestrator.cli.common import UsageError, out_arg, seed_arg
 from workers.resources import resource
 
 
@@ -100,9 +100,9 @@ def register(sub) -> None:
     p.add_argument("--algo", required=True, choices=["ddqn", "sac"])
     p.add_argument("--steps", type=int, default=None, help="total environment steps (default: the preset's)")
     p.add_argument("--steps-per-epoch", type=int, default=None, help="steps between checkpoints (default: the preset's)")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--seed", type=seed_arg, default=None)
     p.add_argument("--config", default=None, help="a training YAML instead of the preset")
-    p.add_argument("--out", required=True, help="training folder")
+    p.add_argument("--out", required=True, type=out_arg, help="training folder")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --out")
     p.add_argument("--eval-episodes", type=int, default=100, help="episodes for the model card (default 100)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -126,8 +126,8 @@ def register(sub) -> None:
     p.add_argument("--preset", default=None,
                    help="preset name (classic-control, mujoco) or YAML file (default: the one covering the scenario)")
     p.add_argument("--steps", type=int, default=None, help="gradient steps (default: the preset's)")
-    p.add_argument("--seed", type=int, default=None, help="training seed (default: the campaign's)")
-    p.add_argument("--out", default=None, help="challenger folder (default RUN_DIR/challengers/ALGO)")
+    p.add_argument("--seed", type=seed_arg, default=None, help="training seed (default: the campaign's)")
+    p.add_argument("--out", default=None, type=out_arg, help="challenger folder (default RUN_DIR/challengers/ALGO)")
     p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the folder")
     p.add_argument("--eval-episodes", type=int, default=100, help="episodes for the card (default 100)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

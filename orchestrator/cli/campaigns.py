@@ -9,15 +9,19 @@ import os
 import sys
 from pathlib import Path
 
-from orchestrator.campaign.config import campaign_of_run
-from orchestrator.cli.common import UsageError
-from orchestrator.runs.layout import RunFolder
+from orchestrator.cli.common import UsageError, out_arg, positive_int, seed_arg
 
 
 def cmd_run(args) -> int:
-    from orchestrator.campaign.config import campaign_from_dict, load_campaign
-    from orchestrator.campaign.pipeline import run_campaign, summary_table
+    from orchestrator.runs import tracking
 
+    tracking.prestart()  # MLflow's import starts now, beside the campaign's own (stopped if unused)
+    from orchestrator.campaign.config import campaign_from_dict, campaign_of_run, load_campaign
+    from orchestrator.runs.layout import RunFolder
+
+    if args.resume and (args.campaign or args.out is not None):
+        raise UsageError("--resume RUN_DIR continues the run as it was set up (its campaign.json, in its folder): "
+                         "give no campaign file and no --out with it")
     if args.resume:
         run = RunFolder(args.resume)
         if not run.has_campaign():
@@ -26,7 +30,11 @@ def cmd_run(args) -> int:
     elif args.campaign_env:  # a Ray Job: the resolved campaign comes in the job's environment
         if not os.environ.get(args.campaign_env):
             raise UsageError(f"--campaign-env {args.campaign_env}: the variable is not set")
-        campaign = campaign_from_dict(json.loads(os.environ[args.campaign_env]), args.campaign_env)
+        try:
+            data = json.loads(os.environ[args.campaign_env])
+        except ValueError as exc:
+            raise UsageError(f"--campaign-env {args.campaign_env}: the variable holds no JSON campaign ({exc})") from None
+        campaign = campaign_from_dict(data, args.campaign_env)
         if args.out:
             campaign.output = args.out
         if RunFolder(campaign.output).has_campaign():  # a resubmitted or retried job continues
@@ -35,17 +43,56 @@ def cmd_run(args) -> int:
         if not args.campaign:
             raise UsageError("give a campaign file (deltarl run CAMPAIGN.yaml) or --resume RUN_DIR")
         campaign = load_campaign(args.campaign, output=args.out)
-    if (campaign.workers > 0 or campaign.challenger is not None) and not args.no_dashboard \
-            and os.environ.get("DELTARL_DASHBOARD", "1") != "0":
-        from orchestrator.cluster.driver import start_ray
+    if not campaign.mlflow:
+        tracking.stop_spare()
+    if not args.no_dashboard and os.environ.get("DELTARL_DASHBOARD", "1") != "0":
+        from orchestrator.cluster.driver import use_dashboard
 
-        start_ray(num_cpus=max(campaign.workers, os.cpu_count() or 1), dashboard=True)
-        if not args.quiet:
-            print("Ray dashboard: http://127.0.0.1:8265 (actors, jobs, logs, metrics)", file=sys.stderr)
-    results = run_campaign(campaign, resume=bool(args.resume), progress=not args.quiet)
+        use_dashboard()  # with the local cluster, if a phase starts one (workers: auto often does not)
+    from orchestrator.campaign.pipeline import run_campaign, summary_table
+
+    try:
+        results = run_campaign(campaign, resume=bool(args.resume), progress=not args.quiet)
+    except KeyboardInterrupt:
+        hint = (f"; continue it with: deltarl run --resume {campaign.output}"
+                if RunFolder(campaign.output).has_campaign() else "; nothing was kept")
+        print(f"\ndeltarl: interrupted{hint}", file=sys.stderr)
+        return 130
     print(f"{campaign.name}: {campaign.scenario}, AUT {campaign.aut}\n")
     print(summary_table(results))
-    return 0
+    if args.keep_dashboard is not None:
+        keep_dashboard(args.keep_dashboard)
+    failed = [f"{name}: the LLM gave no usable scenario in {r['llm_calls']} calls (every LLM seed fell back to random "
+              f"mutation: this is not {r['fuzzer']}'s method; check llm.base_url and llm.model)"
+              for name, r in (("safety", results.get("safety")), ("optimality", results.get("optimality")))
+              if r and r.get("llm_no_usable_scenario")]
+    for line in failed:
+        print(f"deltarl: error: {line}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def keep_dashboard(seconds: float) -> None:
+    """``--keep-dashboard``: hold this process (the cluster's driver, and so the dashboard with its
+    actors, their logs and the campaign's progress) until Ctrl-C, or ``seconds`` when > 0."""
+    import time
+
+    from orchestrator.cluster.driver import dashboard_info
+
+    sys.stdout.flush()
+    info = dashboard_info()
+    if info is None:
+        print("--keep-dashboard: no Ray dashboard to keep (the campaign ran in this process without Ray, or with "
+              "--no-dashboard); run it with workers: N (N >= 1) to get one", file=sys.stderr)
+        return
+    how_long = f"for {seconds:g} s" if seconds > 0 else "until Ctrl-C"
+    print(f"Ray dashboard kept up at {info['url']} {how_long}"
+          + (f"\n  it asks for a token: {info['login']}" if info["login"] else ""), file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    try:
+        while seconds <= 0 or time.monotonic() - t0 < seconds:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
 
 
 def cmd_grid(args) -> int:
@@ -61,7 +108,10 @@ def cmd_grid(args) -> int:
     df = run_grid(grid, progress=not args.quiet)
     print(markdown_table(df))
     out = Path(grid["output"])
-    print(f"table   {out / 'results.parquet'}\nMLflow  mlflow ui --backend-store-uri sqlite:///{out.resolve() / 'mlflow.db'}")
+    from orchestrator.runs.mlflow_ui import ui_lines
+
+    print(f"table   {out / 'results.parquet'}  (deltarl report {out})\nMLflow  "
+          + "\n".join(ui_lines(out / "mlflow.db", indent="        ")))
     return 0 if (df["status"] == "done").all() else 1
 
 
@@ -78,6 +128,13 @@ def cmd_replay(args) -> int:
         lines.append(f"  {'fails' if r['failure'] else 'does not fail'} alone")
     lines.append(f"  {'reproduced' if r['reproduced'] else 'NOT reproduced: the episode differs from the record'}"
                  " (each agent acting alone, the recorded episode seeds)")
+    if args.video is not None:
+        from orchestrator.campaign.replay import bug_video
+
+        v = bug_video(args.run_dir, args.id, args.video or None, failure=args.failure)
+        shown = ", ".join(f"{k} {ret:.2f} in {v['lengths'][k]} steps" for k, ret in v["returns"].items())
+        lines.append(f"video   {v['path']}  ({shown}; the scenario's reference environment"
+                     + (f", repeat 0 of {v['repeats']}" if v["repeats"] > 1 else "") + ")")
     print("\n".join(lines))
     return 0 if r["reproduced"] else 1
 
@@ -85,9 +142,24 @@ def cmd_replay(args) -> int:
 def cmd_report(args) -> int:
     from orchestrator.analysis.report import write_report
 
-    out = write_report(args.path, args.out, max_sequences=args.max_sequences)
-    print(f"{out['tables']} tables, {out['figures']} figures\n  {out['markdown']}\n  {out['html']}  (self-contained)")
-    return 0
+    out = write_report(args.path, args.out, max_sequences=args.max_sequences, videos=args.videos)
+    print(f"{out['tables']} tables, {out['figures']} figures ({out['videos']} bug videos)\n  {out['markdown']}\n"
+          f"  {out['html']}  (self-contained)\n  {out['data']}/  (the data behind it: deltarl report makes it again "
+          f"from this folder alone)")
+    unreadable = _unreadable_files(Path(args.path))
+    for line in unreadable:  # a report with figures silently missing must not look complete
+        print(f"deltarl: warning: could not read {line}; the report leaves it out", file=sys.stderr)
+    return 1 if unreadable else 0
+
+
+def _unreadable_files(path: Path) -> list[str]:
+    """Every file of the run folders under ``path`` that cannot be read (truncated Parquet, damaged JSON)."""
+    from orchestrator.analysis.run_reader import find_runs
+    from orchestrator.runs.layout import RunFolder
+
+    if not path.is_dir():
+        return []
+    return [f"{p}: {why}" for run in find_runs(path) for p, why in RunFolder(run).damaged_files()]
 
 
 def cmd_repair(args) -> int:
@@ -127,15 +199,15 @@ def _add_repair_parser(sub) -> None:
     p.add_argument("--steps", type=int, default=None, help="CQL gradient steps (default 3000)")
     p.add_argument("--lr", type=float, default=None, help="learning rate of the Q-function / critic (default 1e-4)")
     p.add_argument("--alpha", type=float, default=None, help="CQL conservative weight (default 1.0)")
-    p.add_argument("--batch-size", type=int, default=None, help="batch size (default: the AUT's)")
-    p.add_argument("--seed", type=int, default=None, help="fine-tuning seed (default 0)")
+    p.add_argument("--batch-size", type=positive_int, default=None, help="batch size (default: the AUT's)")
+    p.add_argument("--seed", type=seed_arg, default=None, help="fine-tuning seed (default 0)")
     p.add_argument("--eval-episodes", type=int, default=100, help="starts for the mean return (default 100)")
     p.add_argument("--fuzz-budget", type=int, default=None, metavar="N",
                    help="also fuzz AUT-Improved and the AUT for safety failures, N episodes each (default: skip)")
     p.add_argument("--fuzzer", default="curefuzz", help="the fuzzer of --fuzz-budget (default curefuzz)")
     p.add_argument("--fuzz-workers", type=int, default=0,
                    help="Ray rollout actors for --fuzz-budget (default 0: in this process, no Ray)")
-    p.add_argument("--out", default=None, help="output folder (default RUN_DIR/repair)")
+    p.add_argument("--out", default=None, type=out_arg, help="output folder (default RUN_DIR/repair)")
     p.add_argument("--force", action="store_true", help="replace an existing repair in the output folder")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_repair)
@@ -154,10 +226,16 @@ def register(sub) -> None:
         epilog="Quick start: deltarl run experiments/quickstart.yaml. More: experiments/campaigns/*.yaml",
     )
     p.add_argument("campaign", nargs="?", help="campaign YAML file")
-    p.add_argument("--out", default=None, help="run folder (overrides the campaign's output)")
+    p.add_argument("--out", default=None, type=out_arg,
+                   help="run folder (overrides the campaign's output); new or empty, or a run of the same "
+                        "scenario, AUT and seed to add phases to")
     p.add_argument("--resume", metavar="RUN_DIR", default=None, help="continue the campaign in RUN_DIR")
+    p.add_argument("--keep-dashboard", nargs="?", type=float, const=0.0, default=None, metavar="SECONDS",
+                   help="keep the Ray dashboard (and this process, its driver) up after the campaign, until Ctrl-C "
+                        "or for SECONDS, to look at its actors, logs and progress")
     p.add_argument("--no-dashboard", action="store_true",
-                   help="no Ray dashboard (by default it runs on 127.0.0.1:8265 while the campaign uses Ray)")
+                   help="no Ray dashboard (by default it runs on 127.0.0.1, port 8265 or the next free one, when the "
+                        "campaign starts a Ray cluster; the address and how to log in are printed)")
     p.add_argument("--campaign-env", metavar="VAR", default=None,
                    help="read the campaign (JSON) from environment variable VAR (what `deltarl submit` jobs do)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -173,7 +251,7 @@ def register(sub) -> None:
     p.add_argument("--profile", default=None,
                    help="the grid's named budget profile, e.g. local (laptop-sized) or paper (the papers' budgets); "
                         "default: the first profile in the file")
-    p.add_argument("--out", default=None, help="output folder (overrides the grid's)")
+    p.add_argument("--out", default=None, type=out_arg, help="output folder (overrides the grid's)")
     p.add_argument("--dry-run", action="store_true", help="list the campaigns, run nothing")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_grid)
@@ -186,15 +264,25 @@ def register(sub) -> None:
     p.add_argument("run_dir", help="the campaign's run folder")
     p.add_argument("id", type=int, help="the bug_id column of bugs.parquet (failure_id of failures.parquet with --failure)")
     p.add_argument("--failure", action="store_true", help="replay a safety failure instead of an optimality bug")
+    p.add_argument("--video", nargs="?", const="", default=None, metavar="GIF",
+                   help="also render the episodes side by side (AUT | challenger) in the scenario's reference "
+                        "environment to an animated GIF (default RUN_DIR/videos/bug-ID.gif or failure-ID.gif); MuJoCo "
+                        "renders offscreen with MUJOCO_GL=egl (set when there is no display)")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("report", help="write report.md and a self-contained report.html for a run or a grid",
-                       description="Tables in the Delta paper's layout with its numbers beside ours (mean ± 95% CI, "
-                       "Mann–Whitney U, Cohen's d, improvement over the best baseline), failures and bugs over time, "
-                       "bugs over the initial-state grid, AUT vs challenger returns, and behaviour clusters (DTW) of "
-                       "the AUT on the bugs. PATH: a run folder, a grid folder (results.parquet) or a folder of runs.")
+                       description="It leads with the answer (Delta against the best baseline, ours beside the Delta "
+                       "paper's), then tables in the paper's layout (mean ± 95% CI over independent runs with n, "
+                       "Mann–Whitney U, Cohen's d where both sides have two runs), the top bugs as GIFs, failures and "
+                       "bugs over time, over the initial-state grid, AUT vs challenger returns, behaviour clusters (DTW); "
+                       "every campaign's numbers last. Beside report.md and report.html it writes report_data/ (Parquet): "
+                       "the folder alone makes the report again. PATH: a run folder, a grid folder (results.parquet), a "
+                       "folder of runs, or a folder with an earlier report's report_data/.")
     p.add_argument("path", help="run folder, grid folder or folder of run folders")
-    p.add_argument("--out", default=None, help="where to write report.md, report.html, report_files/ (default: PATH)")
+    p.add_argument("--out", default=None, type=out_arg,
+                   help="where to write report.md, report.html, report_files/ (default: PATH)")
     p.add_argument("--max-sequences", type=int, default=300,
                    help="behaviour clustering: at most this many bug trajectories per run (seeded sample; default 300)")
+    p.add_argument("--videos", type=int, default=2, metavar="N",
+                   help="GIFs of the top N bugs per scenario, AUT and challenger side by side (default 2; 0: none)")
     p.set_defaults(func=cmd_report)

@@ -1,7 +1,10 @@
-"""``deltarl submit | jobs | logs | stop``: campaigns as Ray Jobs on a cluster.
+"""``deltarl submit | jobs | logs | stop``: campaigns as Ray Jobs on a cluster; ``deltarl ray
+up | down | status``: one local Ray head kept running for a series of campaigns.
 """
 
 from __future__ import annotations
+
+from orchestrator.cli.common import out_arg
 
 
 def cmd_submit(args) -> int:
@@ -43,7 +46,39 @@ def cmd_stop(args) -> int:
     return 0
 
 
+def cmd_ray(args) -> int:
+    from orchestrator.cluster import driver
+
+    if args.action == "up":
+        head = driver.head_up(num_cpus=args.num_cpus, dashboard=args.dashboard)
+        print(f"Ray head {'already running' if head.get('already') else 'started'} at {head['address']} "
+              f"({head.get('num_cpus')} CPUs); campaigns on this machine join it (workers: auto counts a "
+              f"running cluster's start-up as paid). Stop it with: deltarl ray down")
+        return 0
+    if args.action == "down":
+        print("Ray head stopped" if driver.head_down() else "no Ray head of `deltarl ray up` is running")
+        return 0
+    found = driver.running_cluster()
+    if found is None:
+        print("no running Ray cluster: a campaign that uses Ray starts its own (deltarl ray up keeps one running)")
+        return 1
+    print(f"running: {found['address']} ({found['source']}" + (f", {found['num_cpus']} CPUs" if found.get("num_cpus")
+                                                                else "") + ")")
+    return 0
+
+
 def register(sub) -> None:
+    p = sub.add_parser("ray", help="keep a local Ray head running for a series of campaigns (up | down | status)",
+                       description="deltarl ray up starts a local Ray head in the background (dashboard off unless asked), so "
+                       "that the campaigns, grids and trainings that follow join it instead of each starting and "
+                       "stopping a cluster; deltarl ray down stops that head (and no other Ray processes); "
+                       "deltarl ray status names the cluster a campaign would join (RAY_ADDRESS, this head, or "
+                       "one started with `ray start --head`). Exit 1 from status when none is running.")
+    p.add_argument("action", choices=["up", "down", "status"])
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs the head offers (default: all of this machine's)")
+    p.add_argument("--dashboard", action="store_true", help="with the Ray dashboard on 127.0.0.1:8265")
+    p.set_defaults(func=cmd_ray)
+
     addr = {"default": None, "help": "the head's job API, e.g. http://HEAD:8265 (default: RAY_API_SERVER_ADDRESS, "
                                      "RAY_ADDRESS or http://127.0.0.1:8265)"}
     p = sub.add_parser("submit", help="submit a campaign to a Ray cluster as a Ray Job",
@@ -54,7 +89,7 @@ def register(sub) -> None:
                        "(RAY_AUTH_TOKEN or ~/.ray/auth_token).")
     p.add_argument("campaign", help="campaign YAML file")
     p.add_argument("--address", **addr)
-    p.add_argument("--out", default=None, help="output folder (absolute, shared by the nodes)")
+    p.add_argument("--out", default=None, type=out_arg, help="output folder (absolute, shared by the nodes)")
     p.add_argument("--id", default=None, help="submission id (default: Ray's)")
     p.add_argument("--num-gpus", type=float, default=0.0, help="GPUs reserved for the job's driver")
     p.add_argument("--wait", action="store_true", help="wait for the job to end and print its status")

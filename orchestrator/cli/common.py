@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -10,6 +11,39 @@ EXIT_BAD_INPUT = 2
 
 class UsageError(ValueError):
     """Bad command-line input that no lower layer reports."""
+
+
+MAX_SEED = 2**31 - 1
+
+
+def seed_arg(text: str) -> int:
+    """argparse type of ``--seed``: an integer from 0 to 2^31 - 1 (numpy refuses negative seeds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to {MAX_SEED}, got {text!r}") from None
+    if not 0 <= value <= MAX_SEED:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to {MAX_SEED}, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type of sizes such as ``--batch-size``: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
+def out_arg(text: str) -> str:
+    """argparse type of ``--out``: a folder path, not an empty string (which would mean the current folder)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must be a folder path, got an empty string (which would write into the "
+                                         "current folder)")
+    return text
 
 
 def bad_input_types() -> tuple:

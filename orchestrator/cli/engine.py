@@ -7,9 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
-
-from orchestrator.cli.common import UsageError
+from orchestrator.cli.common import UsageError, out_arg, positive_int, seed_arg
 
 
 def cmd_scenarios(args) -> int:
@@ -40,7 +38,9 @@ def cmd_scenarios(args) -> int:
     return 0
 
 
-def _load_states(path: str, scenario) -> np.ndarray:
+def _load_states(path: str, scenario):
+    import numpy as np
+
     p = Path(path)
     if not p.exists():
         raise UsageError(f"--states {path}: no such file; give a .npy file or a CSV with one initial state per row")
@@ -55,6 +55,8 @@ def _load_states(path: str, scenario) -> np.ndarray:
 
 
 def cmd_rollout(args) -> int:
+    import numpy as np
+
     from envs import get_scenario
     from orchestrator.campaign.rollouts import record_rollouts
 
@@ -67,19 +69,27 @@ def cmd_rollout(args) -> int:
             raise UsageError("--episodes must be a positive number (or give --states FILE)")
         rng = np.random.default_rng(args.seed)
         states = scenario.sample(rng, args.episodes)
-    if args.workers < 0:
-        raise UsageError(f"--workers must be >= 0, got {args.workers}")
+    from orchestrator.cluster.executor import resolve_workers
+
+    try:
+        workers = args.workers if args.workers.strip().lower() == "auto" else int(args.workers)
+    except ValueError:
+        raise UsageError(f"--workers must be auto or an integer >= 0, got {args.workers!r}") from None
+    if workers != "auto" and workers < 0:
+        raise UsageError(f"--workers must be auto or an integer >= 0, got {args.workers}")
+    workers, why = resolve_workers(workers, episodes=int(states.shape[0]))
     if args.max_steps is not None and args.max_steps < 1:
         raise UsageError(f"--max-steps must be >= 1, got {args.max_steps}")
-    summary = record_rollouts(scenario, args.policy, states, args.out, workers=args.workers,
+    summary = record_rollouts(scenario, args.policy, states, args.out, workers=workers,
                               batch_size=args.batch_size, seed=args.seed, max_steps=args.max_steps,
                               dashboard=args.dashboard, progress=not args.quiet)
     wall, startup = summary["wall_seconds"], summary["startup_seconds"]
     print(
         f"{scenario.name}: {summary['episodes']} episodes, {summary['steps']} steps in {wall:.1f} s "
         f"({summary['episodes_per_second']:.1f} episodes/s"
-        + (f"; Ray cluster and {args.workers} workers started in {startup:.1f} s" if startup else "")
+        + (f"; Ray cluster and {workers} workers started in {startup:.1f} s" if startup else "")
         + ")\n"
+        f"  ran         {'in this process' if not workers else f'on {workers} Ray rollout actors'} ({why})\n"
         f"  mean return {summary['mean_return']:.2f} ± {summary['ci95_margin']:.2f} (95% CI)\n"
         f"  failures    {summary['failures']} / {summary['episodes']} ({100 * summary['failure_rate']:.1f}%; "
         f"{scenario.failure_rule})\n"
@@ -138,12 +148,14 @@ def register(sub) -> None:
     p.add_argument("--policy", required=True, help="policy URI (see below)")
     p.add_argument("--episodes", type=int, default=None, help="number of initial states to sample")
     p.add_argument("--states", default=None, help="initial states from a .npy or CSV file instead of sampling")
-    p.add_argument("--out", required=True, help="run folder (must be new or empty)")
-    p.add_argument("--workers", type=int, default=2,
-                   help="rollout actors on the Ray cluster (default 2); 0 runs in this process without Ray")
-    p.add_argument("--batch-size", type=int, default=256, help="episodes per lockstep batch (default 256)")
+    p.add_argument("--out", required=True, type=out_arg, help="run folder (must be new or empty)")
+    p.add_argument("--workers", default="auto",
+                   help="rollout actors on the Ray cluster; 0 runs in this process without Ray; auto (default): "
+                        "in this process unless Ray pays (4+ CPUs and enough episodes, see workers: auto in "
+                        "orchestrator/campaign/config.py)")
+    p.add_argument("--batch-size", type=positive_int, default=256, help="episodes per lockstep batch (default 256)")
     p.add_argument("--max-steps", type=int, default=None, help="step limit (default: the scenario's)")
-    p.add_argument("--seed", type=int, default=0, help="seed for sampling and stochastic scenarios (default 0)")
+    p.add_argument("--seed", type=seed_arg, default=0, help="seed for sampling and stochastic scenarios (default 0)")
     p.add_argument("--dashboard", action="store_true", help="start the Ray dashboard on 127.0.0.1:8265")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_rollout)
@@ -158,6 +170,6 @@ def register(sub) -> None:
     p.add_argument("--policy", required=True, help="policy URI (a file, python:module:attr, zoo:NAME, ...)")
     p.add_argument("--scenario", required=True, help="scenario name (see `deltarl scenarios`)")
     p.add_argument("--episodes", type=int, default=100, help="number of episodes (default 100)")
-    p.add_argument("--seed", type=int, default=2024, help="seed of the initial states (default 2024, as the zoo cards)")
+    p.add_argument("--seed", type=seed_arg, default=2024, help="seed of the initial states (default 2024, as the zoo cards)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_evaluate)

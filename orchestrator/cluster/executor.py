@@ -7,19 +7,92 @@ rollout actors, and get back the same :class:`~workers.rollout.RolloutResult`.
         for offset, part in ex.stream(states, seed=7): ...       # parts as they finish
 
 Every caller (the CLI's ``rollout``, both campaign phases, repair's re-evaluation and the
-benchmarks) goes through here, so there is one chunking rule (:func:`chunk_size`) and one place
-that starts Ray. Episode seeds and state indices are global, so the union of the parts equals
-one in-process call whatever the chunking.
+benchmarks) goes through here, so there is one chunking rule (:func:`chunk_size`), one rule for
+``workers: auto`` (:func:`plan_workers`) and one place that starts Ray. Episode seeds and state
+indices are global, so the union of the parts equals one in-process call whatever the chunking.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Iterator
 
 import numpy as np
 
 from workers.rollout import RolloutResult, RolloutWorker
+
+# -- workers: auto ------------------------------------------------------------------------------
+# Ray pays when the work it takes off this process outweighs its start-up. Measured on the
+# project's 2-core machine (docs/scaling.md, docs/performance.md): the in-process engine runs
+# ~130 CartPole episodes/s per core inside a fuzzing campaign; a fresh local cluster with two
+# actors takes 15-20 s to start, joining a running one (deltarl ray up) a few seconds for the
+# actors; and on 2 cores two actors beside the driver were slower than one process (85.9 vs
+# 128.7 episodes/s). Hence:
+AUTO_MIN_CPUS = 4  # fewer cores: the actors would share them with the driver and Ray's own processes
+AUTO_EPISODES_PER_SECOND = 130.0  # in-process rate the estimate assumes (CartPole, one core)
+AUTO_STARTUP_SECONDS = {"start": 20.0, "join": 5.0}  # a fresh local cluster + actors / actors on a running one
+AUTO_PAYOFF = 2.0  # Ray when the phase's in-process estimate is at least this many start-ups
+
+
+def plan_workers(workers, *, episodes: int | None = None, seconds: float | None = None, cpus: int | None = None,
+                 cluster: dict | None = None) -> tuple[int, str]:
+    """``(rollout actors, why)`` for a phase: ``workers`` as set (an integer), or for ``"auto"``:
+
+    * in this process when the machine (or the running cluster) has fewer than
+      :data:`AUTO_MIN_CPUS` CPUs;
+    * in this process when the phase's work, estimated in-process at
+      :data:`AUTO_EPISODES_PER_SECOND` (``episodes`` = every episode it will run, all roles and
+      repeats; or its ``seconds`` budget), is under :data:`AUTO_PAYOFF` times Ray's start-up
+      (:data:`AUTO_STARTUP_SECONDS`: 20 s to start a local cluster, 5 s when ``cluster`` is a
+      running one to join), i.e. under 40 s (about 5,200 episodes), or 10 s (1,300) to join;
+    * otherwise on ``CPUs - 1`` actors (one core stays with the driver).
+
+    ``cpus`` defaults to this process's usable cores (the running cluster's CPUs when known)."""
+    if not (isinstance(workers, str) and workers.lower() == "auto"):
+        n = int(workers)
+        return n, f"workers: {n} as set"
+    if cpus is None:
+        cpus = int((cluster or {}).get("num_cpus") or 0) or usable_cpus()
+    mode = "join" if cluster else "start"
+    startup = AUTO_STARTUP_SECONDS[mode]
+    if cpus < AUTO_MIN_CPUS:
+        return 0, f"auto: {cpus} CPUs < {AUTO_MIN_CPUS}, Ray actors would share the driver's cores"
+    if seconds is not None and episodes is None:
+        estimate, what = float(seconds), f"a {seconds:g} s budget"
+    else:
+        estimate, what = (episodes or 0) / AUTO_EPISODES_PER_SECOND, f"{episodes} episodes"
+    where = f"joining the running cluster at {cluster['address']}" if cluster else "starting a local cluster"
+    if estimate < AUTO_PAYOFF * startup:
+        return 0, (f"auto: {what} ≈ {estimate:.0f} s in-process < {AUTO_PAYOFF:g} × {startup:.0f} s of Ray "
+                   f"start-up ({where})")
+    n = max(1, cpus - 1)
+    return n, f"auto: {what} ≈ {estimate:.0f} s in-process ≥ {AUTO_PAYOFF:g} × {startup:.0f} s start-up, {cpus} CPUs ({where})"
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def resolve_workers(workers, *, episodes: int | None = None, seconds: float | None = None) -> tuple[int, str]:
+    """:func:`plan_workers` with this machine's facts: its usable cores, and a running Ray
+    cluster to join (``RAY_ADDRESS``, ``deltarl ray up``, ``ray start --head``, or Ray already
+    initialised in this process, e.g. in a Ray Job or a grid task)."""
+    if not (isinstance(workers, str) and workers.lower() == "auto"):
+        return plan_workers(workers)
+    cluster = None
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        import ray
+
+        cluster = {"address": "this process's cluster", "num_cpus": int(ray.cluster_resources().get("CPU", 0))}
+    else:
+        from orchestrator.cluster.driver import running_cluster
+
+        cluster = running_cluster()
+    return plan_workers(workers, episodes=episodes, seconds=seconds, cluster=cluster)
 
 
 def chunk_size(n: int, workers: int, batch_size: int) -> int:
@@ -31,11 +104,15 @@ def chunk_size(n: int, workers: int, batch_size: int) -> int:
 class Executor:
     """Runs policies (``{role: uri}``) from initial states: ``workers`` = 0 in this process, else
     on that many Ray rollout actors (a local cluster is started unless one is running).
-    ``policies`` (optional, ``{role: Policy}``) reuses policies this process already loaded."""
+    ``policies`` (optional, ``{role: Policy}``) reuses policies this process already loaded.
+    ``reason`` says why this executor was chosen (phase summaries print it beside :attr:`kind`);
+    ``name`` names the Ray actors (``<name>/rollout-<i>``, e.g. ``quickstart/safety/rollout-0``)."""
 
     def __init__(self, scenario, uris: dict[str, str], *, workers: int = 0, batch_size: int = 256,
-                 scenario_overrides: dict | None = None, policies: dict | None = None, dashboard: bool = False):
+                 scenario_overrides: dict | None = None, policies: dict | None = None, dashboard: bool | None = None,
+                 reason: str = "", name: str | None = None):
         self.workers = int(workers)
+        self.reason = reason
         self.batch_size = int(batch_size)
         self.startup_seconds = 0.0
         overrides = dict(scenario_overrides or {})
@@ -52,13 +129,18 @@ class Executor:
             t0 = time.perf_counter()
             start_ray(num_cpus=max(self.workers, os.cpu_count() or 1), dashboard=dashboard)
             self.pool = RolloutPool(scenario.name, uris, workers=self.workers, batch_size=batch_size,
-                                    scenario_overrides=overrides)
+                                    scenario_overrides=overrides, name=name)
             self.policy_hashes = dict(self.pool.policy_hashes)
             self.startup_seconds = time.perf_counter() - t0
 
     @property
     def kind(self) -> str:
         return "in-process" if self.workers == 0 else f"ray x{self.workers}"
+
+    def describe(self) -> dict:
+        """What ran and why, for a phase summary."""
+        return {"executor": self.kind, "executor_reason": self.reason,
+                "executor_startup_seconds": round(self.startup_seconds, 3)}
 
     def stream(self, states: np.ndarray, *, seed: int, repeats: int = 1, max_steps: int | None = None,
                chunk: int | None = None) -> Iterator[tuple[int, RolloutResult]]:

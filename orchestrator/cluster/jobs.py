@@ -37,6 +37,9 @@ class JobError(ValueError):
 
 
 def dashboard_address(address: str | None = None) -> str:
+    if address is not None and not address.startswith(("http://", "https://")):
+        raise JobError(f"--address {address!r}: give the job API's URL with its scheme, e.g. http://{address or 'HEAD:8265'} "
+                       f"(the dashboard port, 8265 by default)")
     for a in (address, os.environ.get("RAY_API_SERVER_ADDRESS"), os.environ.get("RAY_ADDRESS")):
         if a and a.startswith("http"):
             return a.rstrip("/")
@@ -44,13 +47,13 @@ def dashboard_address(address: str | None = None) -> str:
 
 
 def _client(address: str | None):
+    addr = dashboard_address(address)  # an address without its scheme is refused before Ray loads
     if "RAY_AUTH_MODE" not in os.environ and (
             os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
             or (Path.home() / ".ray" / "auth_token").is_file()):
         os.environ["RAY_AUTH_MODE"] = "token"
     from ray.job_submission import JobSubmissionClient
 
-    addr = dashboard_address(address)
     try:
         return JobSubmissionClient(addr)
     except Exception as exc:  # noqa: BLE001 - connection refused, 401, bad URL

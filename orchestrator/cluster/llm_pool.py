@@ -178,12 +178,16 @@ def make_llm_pool(config: LLMConfig | dict, run_dir: Path | None, *, use_ray: bo
     return RayLLMPool(cfg, audit) if use_ray else LocalLLMPool(cfg, audit)
 
 
-def attach_llm(fuzzer, campaign, run_dir: Path):
-    """Give ``fuzzer`` the campaign's LLM when it needs one; returns the pool (or None)."""
+def attach_llm(fuzzer, campaign, run_dir: Path, *, use_ray: bool | None = None):
+    """Give ``fuzzer`` the campaign's LLM when it needs one; returns the pool (or None).
+    ``use_ray``: generator actors on Ray (default: when the campaign sets Ray rollout actors)."""
     if not fuzzer.needs_llm:
         return None
-    pool = make_llm_pool(campaign.llm or LLMConfig(), run_dir, use_ray=campaign.workers > 0)
-    fuzzer.attach_llm(pool.generate)
+    if use_ray is None:
+        use_ray = isinstance(campaign.workers, int) and campaign.workers > 0
+    config = campaign.llm or LLMConfig()
+    pool = make_llm_pool(config, run_dir, use_ray=use_ray)
+    fuzzer.attach_llm(pool.generate, max_consecutive_failures=config.max_consecutive_failures)
     return pool
 
 

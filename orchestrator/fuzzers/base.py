@@ -107,6 +107,8 @@ class Fuzzer(abc.ABC):
     # capabilities, declared by each method (the campaign checks and the phases read these)
     needs_llm: bool = False  # asks an LLM for new states: the phase attaches an LLM pool
     needs_challenger: bool = False  # reads the challenger's episodes: optimality testing only
+    # proposals per generation of an optimality phase whose campaign leaves generation_size unset
+    default_generation_size: int = 64
 
     def stats(self) -> dict:
         """Per-generation counters a method reports beside the phase's own (e.g. LLM calls)."""

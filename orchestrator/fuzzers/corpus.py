@@ -9,6 +9,29 @@ from __future__ import annotations
 import numpy as np
 
 
+def selection_cdf(energy) -> np.ndarray | None:
+    """The cumulative selection probabilities of Eq. 8 (P(σ_i) = E_i / Σ_j E_j), computed as
+    numpy's ``Generator.choice`` does; None when no energy is positive. NaN and inf count as 0."""
+    e = np.clip(np.nan_to_num(np.asarray(energy, dtype=np.float64), nan=0.0, posinf=0.0), 0.0, None)
+    total = e.sum()
+    if not total > 0:
+        return None
+    cdf = (e / total).cumsum()
+    cdf /= cdf[-1]
+    return cdf
+
+
+def pick(energy, u) -> np.ndarray:
+    """Inverse-CDF selection: for each uniform draw in ``u``, the row whose cumulative energy
+    share first exceeds it (uniform over the rows, by the same draw, when no energy is positive)."""
+    u = np.asarray(u, dtype=np.float64)
+    cdf = selection_cdf(energy)
+    if cdf is None:
+        n = int(np.size(energy))
+        return np.minimum((u * n).astype(np.int64), n - 1)
+    return cdf.searchsorted(u, side="right").astype(np.int64)
+
+
 class Corpus:
     """Seeds = rows of ``states`` with a stable integer id, named per-seed scores and an energy."""
 
@@ -67,12 +90,20 @@ class Corpus:
 
     def select(self, rng: np.random.Generator, k: int) -> np.ndarray:
         """k row indices drawn with probability ∝ energy (uniform when all energies are 0)."""
+        return self.select_with_draws(rng, k)[0]
+
+    def select_with_draws(self, rng: np.random.Generator, k: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """:meth:`select`, also returning the uniform draws ``u`` behind it (None when the energies
+        are all 0 and the draw was uniform over the rows): ``pick(self.energy, u)`` gives the same
+        rows, and ``pick(other_energy, u)`` what another energy would have chosen with the same
+        draw. Consumes the RNG exactly as ``rng.choice(len(self), k, p=energy / energy.sum())``."""
         if len(self) == 0:
             raise IndexError("select from an empty corpus")
-        e = np.clip(np.nan_to_num(self.energy, nan=0.0, posinf=0.0), 0.0, None)
-        total = e.sum()
-        p = e / total if total > 0 else None
-        return rng.choice(len(self), size=int(k), replace=True, p=p)
+        cdf = selection_cdf(self.energy)
+        if cdf is None:
+            return rng.integers(0, len(self), size=int(k), dtype=np.int64), None
+        u = rng.random(int(k))
+        return cdf.searchsorted(u, side="right").astype(np.int64), u
 
     def mean(self, name: str) -> float:
         v = self.scores.get(name)

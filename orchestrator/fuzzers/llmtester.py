@@ -52,8 +52,9 @@ from orchestrator.fuzzers.llm_prompt import (
     state_json,
 )
 from orchestrator.fuzzers.mdpfuzz import MDPFuzz
+from workers.llm import LLMFatalError
 
-LLM_COUNTERS = ("llm_calls", "llm_ok", "llm_failed", "llm_unparseable", "llm_invalid", "llm_excessive",
+LLM_COUNTERS = ("llm_calls", "llm_ok", "llm_usable", "llm_failed", "llm_unparseable", "llm_invalid", "llm_excessive",
                 "llm_insufficient", "llm_fallbacks", "random_mutations", "llm_prompt_tokens",
                 "llm_completion_tokens", "alpha_updates")
 
@@ -94,12 +95,18 @@ class LLMTester(MDPFuzz):
         self._last_rate: float | None = None
         self._counters.update({k: 0 for k in LLM_COUNTERS})
         self._gen = 0
+        self.max_consecutive_failures: int | None = None  # llm.max_consecutive_failures (attach_llm)
+        self._failed_in_a_row = 0  # LLM calls in a row that gave no usable scenario
+        self._last_problem = ""
 
     # -- the LLM, attached by the campaign ------------------------------------------------------
-    def attach_llm(self, generate) -> None:
+    def attach_llm(self, generate, max_consecutive_failures: int | None = None) -> None:
         """``generate(requests) -> replies``: requests are dicts with ``request_id`` and
-        ``messages``; replies are ``LLMReply.to_dict()`` dicts in the same order."""
+        ``messages``; replies are ``LLMReply.to_dict()`` dicts in the same order. With
+        ``max_consecutive_failures`` = N, N calls in a row without a usable scenario (a failed
+        call, a reply without a valid state) stop the campaign with :class:`LLMFatalError`."""
         self._generate = generate
+        self.max_consecutive_failures = max_consecutive_failures
 
     # -- Algorithm 1: multi-scale generation ----------------------------------------------------
     def high_potential(self, returns: np.ndarray) -> np.ndarray:
@@ -149,8 +156,17 @@ class LLMTester(MDPFuzz):
                 if state is None:
                     self._counters["llm_fallbacks"] += 1
                     out[i], ops[i] = randomized[i], "llm_fallback"
+                    self._failed_in_a_row += 1
                 else:
+                    self._counters["llm_usable"] += 1
                     out[i], ops[i] = state, "llm"
+                    self._failed_in_a_row = 0
+                limit = self.max_consecutive_failures
+                if limit and self._failed_in_a_row >= limit:
+                    raise LLMFatalError(
+                        f"llmtester: {self._failed_in_a_row} LLM calls in a row gave no usable scenario (last: "
+                        f"{self._last_problem[:200]}); stopped by llm.max_consecutive_failures: {limit}. Check the "
+                        f"endpoint and the model, then continue the run with `deltarl run --resume RUN_DIR`")
         rand_rows = np.flatnonzero(high)
         out[rand_rows] = randomized[rand_rows]
         self._counters["random_mutations"] += int(rand_rows.size)
@@ -161,6 +177,7 @@ class LLMTester(MDPFuzz):
         """The reply's state, or None (the bad case is recorded as feedback)."""
         if not reply.get("ok"):
             self._counters["llm_failed"] += 1
+            self._last_problem = f"the call failed: {reply.get('error') or 'no reply'}"
             return None
         self._counters["llm_ok"] += 1
         try:
@@ -168,6 +185,7 @@ class LLMTester(MDPFuzz):
         except ReplyError as exc:
             key = "llm_invalid" if str(exc).startswith("invalid scenario") else "llm_unparseable"
             self._counters[key] += 1
+            self._last_problem = f"an unusable reply: {exc}"
             self._bad.append(f"Invalidity: for seed {state_json(self.scenario, seed_state)} your reply was "
                              f"unusable: {exc}.")
             return None
@@ -231,7 +249,8 @@ class LLMTester(MDPFuzz):
 
     def state_dict(self) -> dict:
         d = super().state_dict()
-        d["llmtester"] = {"alpha": self.alpha, "last_rate": self._last_rate, "bad": list(self._bad), "gen": self._gen}
+        d["llmtester"] = {"alpha": self.alpha, "last_rate": self._last_rate, "bad": list(self._bad), "gen": self._gen,
+                          "failed_in_a_row": self._failed_in_a_row}
         return d
 
     def load_state_dict(self, state: dict) -> None:
@@ -241,3 +260,6 @@ class LLMTester(MDPFuzz):
         self._last_rate = mine["last_rate"]
         self._bad = deque(mine["bad"], maxlen=max(1, self.feedback_size))
         self._gen = int(mine["gen"])
+        self._failed_in_a_row = int(mine.get("failed_in_a_row", 0))
+        for k in LLM_COUNTERS:  # snapshots of older deltarl versions lack the newer counters
+            self._counters.setdefault(k, 0)

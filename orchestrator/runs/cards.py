@@ -100,6 +100,7 @@ def challenger_card(out: Path, cfg, state: dict, scenario, *, aut_uri: str | Non
         "seed": cfg.seed,
         "training_wall_seconds": state["wall_seconds"],
         "wall_seconds_incl_eval": wall,
+        "placement": state.get("placement"),
         "evaluation": ev,
         "aut": aut,
         "torchscript": not_exported or TORCHSCRIPT,

@@ -26,7 +26,7 @@ STORE_FILE = "store.json"
 PART_RE = re.compile(r"^part-w(\d+)-(\d+)\.parquet$")
 
 __all__ = ["PART_RE", "STORE_FILE", "StoreError", "atomic_write_bytes", "atomic_write_table", "check_new",
-           "part_files", "read_meta", "unlink_quiet", "write_meta"]
+           "damaged_parts", "new_run_id", "part_files", "read_meta", "unlink_quiet", "write_meta"]
 
 
 class StoreError(ValueError):
@@ -104,6 +104,32 @@ def part_files(folder: Path) -> list[Path]:
     if not folder.is_dir():
         return []
     return sorted(p for p in folder.iterdir() if PART_RE.match(p.name))
+
+
+def new_run_id(prefix: str) -> str:
+    """A run id that cannot collide: ``PREFIX-YYYYmmdd-HHMMSS-`` and 8 random hex digits."""
+    import time
+
+    return f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+
+
+def damaged_parts(files) -> list[tuple[Path, str]]:
+    """The Parquet files among ``files`` whose footer cannot be read (truncated, empty,
+    foreign): ``(path, reason)`` pairs."""
+    out = []
+    for f in files:
+        try:
+            pq.read_metadata(f)
+        except Exception as exc:  # noqa: BLE001 - whatever pyarrow raises for a damaged file
+            out.append((Path(f), f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"))
+    return out
+
+
+def damaged_error(bad: list[tuple[Path, str]], what: str = "the run's record") -> StoreError:
+    """One message naming every damaged part."""
+    names = "; ".join(f"{p} ({why})" for p, why in bad[:5]) + (f"; and {len(bad) - 5} more" if len(bad) > 5 else "")
+    return StoreError(f"{len(bad)} Parquet file(s) of {what} cannot be read, e.g. truncated by a full disk or a "
+                      f"copy cut short: {names}. Restore them from a backup or start a new run")
 
 
 def read_meta(root: Path) -> dict:

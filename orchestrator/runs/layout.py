@@ -17,16 +17,28 @@ A run folder is what ``deltarl run`` (or ``rollout``, ``repair``) leaves behind:
     repair/                     repair.json and AUT-Improved (deltarl repair)
     llm/                        LLMTester's prompts and replies (Parquet)
     mlflow.db                   MLflow's SQLite store (unless MLFLOW_TRACKING_URI is set)
+    .deltarl.lock               held (fcntl.flock) by the one process writing the folder; gone after
 
 Nothing else in deltarl spells these names: code asks a :class:`RunFolder` for a path or for
 the parsed content. ``campaign.json`` carries ``layout_version`` (absent in folders written
 before it existed: version 1); a folder from a newer deltarl is refused with a clear message.
+
+One writer per folder: :meth:`RunFolder.lock` holds an OS-level lock (``fcntl.flock`` on
+``.deltarl.lock``) for the life of ``deltarl run`` (and ``--resume``), ``repair``,
+``train-challenger`` and ``rollout``; a second process is refused with the holder's PID. A folder
+belongs to one campaign and one AUT (:meth:`RunFolder.claim`): a new run needs a new or empty
+folder (files already there are never overwritten or deleted), and a phase added to an existing
+run must name the run's scenario, AUT and seed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +46,10 @@ from typing import Any
 from orchestrator.runs.store import EPISODES, STORE_FILE, StoreError, atomic_write_bytes, atomic_write_table
 
 LAYOUT_VERSION = 1
+LOCK_FILE = ".deltarl.lock"
+PHASE_SECTIONS = ("safety", "challenger", "optimality")  # the campaign sections that are phases
+IDENTITY = ("scenario", "scenario_overrides", "aut", "seed")  # what makes two campaigns one run
+_HELD: dict[str, list] = {}  # lock file (absolute) -> [fd, depth]: this process's run-folder locks
 SAFETY_PHASES = ("sampling", "fuzzing")  # the store phases that make up dataset D
 SNAPSHOT_PREFIX = {"safety": "gen", "optimality": "opt"}
 
@@ -63,6 +79,10 @@ class RunFolder:
     @property
     def snapshots(self) -> Path:
         return self.root / "snapshots"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / LOCK_FILE
 
     @property
     def bugs_parquet(self) -> Path:
@@ -121,6 +141,144 @@ class RunFolder:
         """The phase left snapshots (it ran, perhaps not to the end)."""
         return bool(self.snapshot_files(phase))
 
+    def finished(self, phase: str) -> bool:
+        """The fuzzing phase ran to the end (its summary and timeline are written last)."""
+        return self.summary_json(phase).is_file() and self.timeline_parquet(phase).is_file()
+
+    def entries(self) -> list[str]:
+        """The names in the folder other than its lock file (none when it does not exist)."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.name != LOCK_FILE)
+
+    def check_empty(self, flag: str = "--out") -> None:
+        """Refuse (:class:`StoreError`) a path that is a file or a folder holding anything: a new
+        run never writes into a folder with other files, so none of them is overwritten."""
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreError(f"{flag} {self.root} exists and is not a folder; give a new or empty folder")
+        names = self.entries()
+        if names:
+            shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+            raise StoreError(f"{flag} {self.root} is not empty ({shown}) and holds no deltarl run; deltarl never "
+                             f"writes into a folder with other files: give a new or empty folder")
+
+    # -- one writer per folder -----------------------------------------------------------------
+    @contextlib.contextmanager
+    def lock(self, command: str = "deltarl"):
+        """Hold the folder's write lock (an exclusive ``fcntl.flock`` on ``.deltarl.lock``) for
+        the ``with`` block; re-entrant within this process. Another process holding it:
+        :class:`StoreError` naming its PID. The folder is created when missing (and removed again
+        when the block leaves it empty)."""
+        key = os.path.abspath(self.lock_file)
+        if key in _HELD:
+            _HELD[key][1] += 1
+            try:
+                yield self
+            finally:
+                _HELD[key][1] -= 1
+            return
+        if self.root.exists() and not self.root.is_dir():
+            raise StoreError(f"{self.root} exists and is not a folder; give a new or empty folder")
+        created = [d for d in (self.root, *self.root.parents) if not d.exists()]  # made here, removed if left empty
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the run folder {self.root} ({exc.strerror or exc})") from exc
+        fd = _acquire(self.lock_file, self.root, command)
+        _HELD[key] = [fd, 1]
+        try:
+            yield self
+        finally:
+            del _HELD[key]
+            try:
+                if os.path.samestat(os.fstat(fd), os.stat(self.lock_file)):
+                    os.unlink(self.lock_file)  # still holding it: no other process can own this name now
+            except OSError:
+                pass
+            os.close(fd)
+            for d in created:  # nothing was written there: leave nothing behind
+                try:
+                    d.rmdir()
+                except OSError:
+                    break
+
+    def holds_lock(self) -> bool:
+        """Whether this process holds the folder's lock."""
+        return os.path.abspath(self.lock_file) in _HELD
+
+    # -- one campaign and one AUT per folder ---------------------------------------------------
+    def phase_present(self, phase: str) -> bool:
+        """The folder holds (part of) ``phase``: its snapshots, its summary or a challenger."""
+        if phase == "challenger":
+            return any(self.root.glob("challengers/*"))
+        return self.has_phase(phase) or self.summary_json(phase).is_file()
+
+    def claim(self, campaign: dict, *, resume: bool = False) -> str:
+        """Check that ``campaign`` (its ``to_dict()``) may write this folder: ``"new"`` (a new or
+        empty folder), ``"resume"`` (``resume``: the folder's own campaign) or ``"add"`` (phases
+        the folder does not hold yet, for the same scenario, AUT and seed; the folder's
+        ``campaign.json`` gains their sections). Anything else: :class:`StoreError`."""
+        if resume:
+            if not self.has_campaign():
+                raise StoreError(f"--resume {self.root}: not a campaign run folder (no campaign.json); nothing to "
+                                 f"resume")
+            self._check_identity(self.campaign_dict(), campaign)
+            return "resume"
+        if not self.has_campaign():
+            if self.is_run():
+                raise StoreError(f"{self.root} already holds a run of another command (no campaign.json); give a "
+                                 f"new or empty --out folder")
+            self.check_empty()
+            return "new"
+        have = self.campaign_dict()
+        if not {"scenario", "aut"} <= set(have) or not (self.store_json.is_file() or self.snapshots.is_dir()):
+            self.check_empty()  # a campaign.json of the user's own, not a run: refused, nothing touched
+        self._check_identity(have, campaign)
+        for phase in PHASE_SECTIONS:
+            if campaign.get(phase) is not None and (have.get(phase) is not None or self.phase_present(phase)):
+                raise StoreError(f"{self.root} already holds the {phase} phase of campaign {have.get('name')!r}: "
+                                 f"continue it with `deltarl run --resume {self.root}`, or give another --out")
+        unfinished = [p for p in ("safety", "optimality") if have.get(p) is not None and not self.finished(p)]
+        if unfinished:
+            raise StoreError(f"{self.root}: its {unfinished[0]} phase has not finished; finish it first with "
+                             f"`deltarl run --resume {self.root}`")
+        merged = dict(have)
+        for key in (*PHASE_SECTIONS, "llm"):
+            if campaign.get(key) is not None:
+                merged[key] = campaign[key]
+        self.write_json(self.campaign_json, {**merged, "layout_version": LAYOUT_VERSION})
+        return "add"
+
+    def _check_identity(self, have: dict, want: dict) -> None:
+        for key in IDENTITY:
+            a, b = have.get(key), want.get(key)
+            if key == "scenario_overrides":
+                a, b = a or {}, b or {}
+            if a != b:
+                raise StoreError(f"{self.root} belongs to campaign {have.get('name')!r} with {key} {a!r}; this "
+                                 f"campaign has {key} {b!r}. A run folder holds one campaign and one AUT: give "
+                                 f"another --out folder")
+
+    def damaged_files(self) -> list[tuple[Path, str]]:
+        """Every file of the folder deltarl cannot read (a truncated Parquet part, a damaged JSON
+        file): ``(path, reason)`` pairs, Parquet footers and JSON parsed, nothing else read."""
+        import pyarrow.parquet as pq
+
+        out = []
+        parquet = [p for d in ("steps", "episodes", "llm") for p in sorted((self.root / d).glob("*.parquet"))]
+        parquet += sorted(self.root.glob("*.parquet"))
+        for p in parquet:
+            try:
+                pq.read_metadata(p)
+            except Exception as exc:  # noqa: BLE001 - truncated, empty or foreign
+                out.append((p, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"))
+        for p in sorted(self.root.glob("*.json")) + self.challenger_cards():
+            try:
+                json.loads(p.read_bytes().decode("utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError) as exc:
+                out.append((p, f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"))
+        return out
+
     # -- typed readers ---------------------------------------------------------------------
     def read_json(self, path: Path) -> Any | None:
         """A JSON file of this folder, or None when it is absent."""
@@ -138,6 +296,9 @@ class RunFolder:
         if data is None:
             raise StoreError(f"{self.root} holds no campaign (campaign.json missing): is it a run folder of "
                              f"'deltarl run'?")
+        if not isinstance(data, dict):
+            raise StoreError(f"{self.campaign_json} is damaged (it holds a {type(data).__name__}, not a campaign); "
+                             f"restore it or start a new run")
         data = dict(data)
         version = data.pop("layout_version", 1)
         if not isinstance(version, int) or version > LAYOUT_VERSION:
@@ -215,6 +376,50 @@ class RunFolder:
         for j, name in enumerate(state_names):
             table = table.append_column(f"s_{name}", pa.array(states[:, j]))
         atomic_write_table(path, table)
+
+
+def _acquire(path: Path, root: Path, command: str) -> int:
+    """An exclusive flock on ``path`` (an fd, not inherited by child programs), with this
+    process's PID, host and command written into it; :class:`StoreError` naming the holder."""
+    import fcntl
+
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise StoreError(f"cannot lock the run folder {root} ({exc.strerror or exc})") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise StoreError(f"{root} is in use by another deltarl process ({holder}); one process writes a run "
+                             f"folder at a time: wait for it to end (or stop it), or give another --out") from None
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(path))
+        except FileNotFoundError:
+            same = False
+        if not same:  # the holder released and removed the file meanwhile: lock the current one
+            os.close(fd)
+            continue
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command,
+                                 "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}).encode())
+        return fd
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, from what it wrote into the file (it writes right after locking)."""
+    for _ in range(20):
+        try:
+            info = json.loads(os.pread(fd, 4096, 0) or b"null")
+        except (OSError, ValueError):
+            info = None
+        if isinstance(info, dict) and info.get("pid"):
+            host = "" if info.get("host") == socket.gethostname() else f" on {info.get('host')}"
+            return f"PID {info['pid']}{host}: {info.get('command', 'deltarl')} since {info.get('since', '?')}"
+        time.sleep(0.05)
+    return "PID unknown"
 
 
 # the files of a trained model folder (a zoo agent, a challenger)

@@ -70,6 +70,8 @@ from orchestrator.runs.files import (
     atomic_write_bytes,
     atomic_write_table,
     check_new,
+    damaged_error,
+    damaged_parts,
     part_files,
     read_meta,
     unlink_quiet,
@@ -391,7 +393,24 @@ class RunStore:
         else:
             self.meta = self._load_meta()
             schema = (self.steps_schema() if table == STEPS else self.episodes_schema()) if self._complete() else None
-        return ds.dataset([str(f) for f in files], schema=schema, format="parquet")
+        try:
+            return ds.dataset([str(f) for f in files], schema=schema, format="parquet")
+        except (pa.ArrowException, OSError):
+            self._raise_if_damaged(table)
+            raise
+
+    def _read(self, d: ds.Dataset, table: str, **kw) -> pa.Table:
+        """``d.to_table(**kw)``; a damaged part file: :class:`StoreError` naming every one."""
+        try:
+            return d.to_table(**kw)
+        except (pa.ArrowException, OSError):
+            self._raise_if_damaged(table)
+            raise
+
+    def _raise_if_damaged(self, table: str) -> None:
+        bad = damaged_parts(part_files(self.root / table))
+        if bad:
+            raise damaged_error(bad, f"run {self.root}") from None
 
     def read_episodes(
         self,
@@ -435,7 +454,7 @@ class RunStore:
                 match("episode_id", None if episode_ids is None else np.asarray(episode_ids, dtype=np.int64)),
             ]
         )
-        tbl = d.to_table(columns=cols, filter=expr)
+        tbl = self._read(d, EPISODES, columns=cols, filter=expr)
         tbl = tbl.sort_by("episode_id")
         df = tbl.to_pandas()
         if columns is not None:
@@ -464,7 +483,7 @@ class RunStore:
         act_dim = int(self.meta.get("action_size") or 0)
         if d is None:
             return empty_steps(obs_shape, discrete, act_dim)
-        return steps_to_numpy(d.to_table(columns=cols, filter=expr), obs_shape, discrete, act_dim)
+        return steps_to_numpy(self._read(d, STEPS, columns=cols, filter=expr), obs_shape, discrete, act_dim)
 
     def to_mdp_dataset(self, phase="safety", role="aut", fuzzer=None, *, episode_ids=None, action_size: int | None = None):
         """The selected steps as a d3rlpy ``MDPDataset`` (terminal and timeout kept apart).

@@ -136,6 +136,9 @@ def resolve_zoo_uri(uri: str) -> Path:
     its last ``-SUFFIX`` is ``NAME`` (so ``Walker2d-v5-rlzoo`` answers ``zoo:Walker2d-v5``, and
     ``Walker2d-v5-sac-deltarl`` only its full name)."""
     name = uri.split(":", 1)[1].strip()
+    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
+        raise PolicyError(f"zoo:{name} is not a zoo agent name: zoo:NAME names a folder of the zoo (e.g. "
+                          f"zoo:CartPole-v1), never a path; give a path to a policy file without the zoo: prefix")
     root = zoo_dir()
     candidates = [root / name] if (root / name).is_dir() else sorted(
         p for p in root.glob(f"{name}-*") if p.is_dir() and p.name.rsplit("-", 1)[0].lower() == name.lower()

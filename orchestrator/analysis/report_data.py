@@ -1,0 +1,430 @@
+"""What a report is made of: a few small tables, collected from run folders (or a grid's
+``results.parquet``) and saved as Parquet in ``report_data/`` beside ``report.md``, so that a
+committed results folder is reported again from the repository alone (``deltarl report
+experiments/results/<folder>``) after its run folders are gone.
+
+Tables (each optional but ``runs``):
+
+* ``runs``: one row per campaign: scenario, AUT, seed, the safety run (fuzzer, episodes,
+  failures) and its ``safety_key``, the optimality run (method, challenger, oracle, test cases,
+  bugs, distinct bugs, distance);
+* ``agents``: the AUT's and each challenger's evaluation (mean return, CI, success rate,
+  episodes, training time) with a ``key`` naming the *unit*: one AUT evaluation, one trained
+  challenger;
+* ``timelines``: failures and bugs over the episodes / test cases of every run;
+* ``bug_list`` and ``failure_list``: the initial states (and returns) of the confirmed bugs and
+  failures;
+* ``cases``: the AUT's and the challenger's return on every optimality test case;
+* ``behaviour`` and ``dendrograms``: behaviour-cluster counts per run and τ, and the linkage
+  drawn for each scenario;
+* ``videos``: the bug GIFs of the report (the files are in ``report_files/``).
+
+Independent units. The campaigns of a grid often share work: every method of one environment
+and seed runs *the same* safety campaign (same scenario, AUT, seed and settings: the same
+failures, the same dataset D) and trains one challenger on it (the grid's challenger cache).
+Those copies are one observation, not seven: ``safety_key`` (and an agent's ``key``) name the
+unit, and statistics over safety runs or challengers count each unit once.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from orchestrator.analysis.run_reader import Run, find_runs, is_run, read_parquet
+from orchestrator.runs.layout import SAFETY_PHASES
+from orchestrator.runs.store import RunStore, atomic_write_bytes, atomic_write_table
+
+DATA_DIR = "report_data"
+META = "meta.json"
+TABLES = ("runs", "agents", "timelines", "bug_list", "failure_list", "cases", "behaviour", "dendrograms", "videos")
+GRID_RESULTS = "results.parquet"  # what deltarl grid writes into a grid folder
+GRID_JSON = "grid.json"
+
+
+class ReportError(ValueError):
+    """A folder that holds nothing to report on."""
+
+
+@dataclass
+class ReportData:
+    kind: str  # "run" | "grid" | "collection"
+    title: str
+    source: str  # the folder the data came from
+    tables: dict = field(default_factory=dict)  # name -> DataFrame
+    notes: list = field(default_factory=list)  # what this data cannot show, and why
+    run_dirs: dict = field(default_factory=dict)  # campaign -> run folder (only when collected from runs)
+
+    def __getitem__(self, name: str) -> pd.DataFrame:
+        t = self.tables.get(name)
+        return t if t is not None else pd.DataFrame()
+
+    def has(self, name: str) -> bool:
+        t = self.tables.get(name)
+        return t is not None and not t.empty
+
+    # -- files ---------------------------------------------------------------------------------
+    def save(self, folder: str | Path) -> Path:
+        d = Path(folder) / DATA_DIR
+        d.mkdir(parents=True, exist_ok=True)
+        import pyarrow as pa
+
+        for name in TABLES:
+            t = self.tables.get(name)
+            path = d / f"{name}.parquet"
+            if t is None:
+                path.unlink(missing_ok=True)
+                continue
+            atomic_write_table(path, pa.Table.from_pandas(t.reset_index(drop=True), preserve_index=False))
+        meta = {"kind": self.kind, "title": self.title, "source": self.source, "notes": self.notes}
+        atomic_write_bytes(d / META, json.dumps(meta, indent=2).encode())
+        return d
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "ReportData":
+        d = Path(folder) / DATA_DIR
+        meta = json.loads((d / META).read_text())
+        tables = {name: read_parquet(d / f"{name}.parquet") for name in TABLES}
+        tables = {k: v for k, v in tables.items() if v is not None}
+        if "runs" not in tables:
+            raise ReportError(f"{d} holds no runs.parquet")
+        return cls(meta["kind"], meta["title"], meta.get("source", str(folder)), tables, list(meta.get("notes") or []))
+
+
+def has_saved_data(folder: str | Path) -> bool:
+    d = Path(folder) / DATA_DIR
+    return (d / META).is_file() and (d / "runs.parquet").is_file()
+
+
+# -- collecting from run folders ---------------------------------------------------------------
+def _key(*parts) -> str:
+    return json.dumps(parts, sort_keys=True, default=str)
+
+
+def safety_key(r: Run) -> str | None:
+    """What makes two safety runs the same run: scenario (and overrides), AUT, seed and the
+    safety section of the campaign (its fuzzer, budget, settings)."""
+    if not r.safety:
+        return None
+    c = r.campaign or {}
+    if c.get("safety") is not None:
+        return _key(r.scenario, c.get("scenario_overrides"), r.aut, r.seed, c.get("safety"))
+    s = r.safety
+    return _key(r.scenario, r.aut, r.seed, s.get("fuzzer"), s.get("episodes"), s.get("failures"))
+
+
+def run_row(r: Run) -> dict:
+    s, o = r.safety or {}, r.optimality or {}
+    ca = None
+    if r.challenger_algo:
+        ca = next((c["evaluation"]["mean_return"] for c in r.challengers
+                   if c.get("config", {}).get("algo") == r.challenger_algo and c.get("evaluation")), None)
+    return {"campaign": r.name, "scenario": r.scenario, "aut": r.aut, "seed": r.seed, "status": "done", "error": "",
+            "safety_fuzzer": s.get("fuzzer"), "safety_episodes": s.get("episodes"), "failures": s.get("failures"),
+            "distinct_failures": s.get("distinct_failures"), "flaky_failures": s.get("flaky_failures"),
+            "safety_key": safety_key(r),
+            "method": r.optimality_method, "challenger_algo": r.challenger_algo, "challenger_return": ca,
+            "oracle": o.get("oracle"), "cases": o.get("cases"), "bugs": o.get("bugs"),
+            "distinct_bugs": o.get("distinct_bugs"), "distance": o.get("distance"), "flaky_bugs": o.get("flaky_bugs")}
+
+
+def agent_rows(r: Run) -> list[dict]:
+    """The AUT's and the challengers' evaluations on the run's cards; ``key`` names the unit."""
+    rows = []
+    sk = safety_key(r) or _key(r.name)
+    for c in r.challengers:
+        ev = c.get("evaluation") or {}
+        aut = c.get("aut") or {}
+        aev = aut.get("evaluation") or {}
+        if aev:
+            rows.append({"scenario": r.scenario, "role": "aut", "algo": "aut", "campaign": r.name,
+                         "key": _key(r.scenario, r.aut, aev.get("episodes"), aev.get("seed"), aev.get("mean_return")),
+                         "mean_return": aev.get("mean_return"), "ci95_margin": aev.get("ci95_margin"),
+                         "success_rate": aev.get("success_rate"), "episodes": aev.get("episodes"),
+                         "training_wall_seconds": aut.get("training_wall_seconds")})
+        if ev:
+            cfg = c.get("config") or {}
+            rows.append({"scenario": r.scenario, "role": "challenger", "algo": cfg.get("algo"), "campaign": r.name,
+                         "key": _key(sk, cfg), "mean_return": ev.get("mean_return"),
+                         "ci95_margin": ev.get("ci95_margin"), "success_rate": ev.get("success_rate"),
+                         "episodes": ev.get("episodes"), "training_wall_seconds": c.get("training_wall_seconds")})
+    return rows
+
+
+def _timeline_rows(r: Run) -> list[pd.DataFrame]:
+    out = []
+    for phase, xcol in (("safety", "episodes"), ("optimality", "cases")):
+        tl = read_parquet(r.folder.timeline_parquet(phase))
+        if tl is None or tl.empty or xcol not in tl:
+            continue
+        cols = ("failures", "distinct_failures") if phase == "safety" else ("bugs", "distinct_bugs")
+        df = pd.DataFrame({"campaign": r.name, "phase": phase, "x": tl[xcol].to_numpy(dtype=float)})
+        for c in cols:
+            df[c] = tl[c].to_numpy(dtype=float) if c in tl else np.nan
+        out.append(df)
+    return out
+
+
+def _bug_rows(r: Run) -> pd.DataFrame | None:
+    bugs = read_parquet(r.folder.bugs_parquet)
+    if bugs is None or bugs.empty:
+        return None
+    return pd.DataFrame({"campaign": r.name, "bug_id": bugs["bug_id"].astype(int),
+                         "aut_return": bugs["aut_return"].astype(float), "ca_return": bugs["ca_return"].astype(float),
+                         "initial_state": [list(map(float, s)) for s in bugs["initial_state"]]})
+
+
+def _failure_rows(r: Run) -> pd.DataFrame | None:
+    """Confirmed failures (failures.parquet), else the failing safety episodes of the store."""
+    f = read_parquet(r.folder.failures_parquet)
+    if f is not None and not f.empty:
+        states = f["initial_state"]
+    elif r.folder.episodes_dir.is_dir():
+        try:
+            eps = RunStore.open(r.dir).read_episodes(phase=list(SAFETY_PHASES), role="aut", failure=True,
+                                                     columns=["initial_state"])
+        except Exception:  # noqa: BLE001 - a store that cannot be read: no failure states
+            return None
+        states = eps["initial_state"] if len(eps) else None
+    else:
+        states = None
+    if states is None or not len(states):
+        return None
+    return pd.DataFrame({"safety_key": safety_key(r), "campaign": r.name,
+                         "initial_state": [list(map(float, s)) for s in states]})
+
+
+def _case_rows(r: Run) -> pd.DataFrame | None:
+    if not r.optimality or not r.folder.episodes_dir.is_dir():
+        return None
+    try:
+        eps = RunStore.open(r.dir).read_episodes(phase="optimality", columns=["role", "iteration", "state_index",
+                                                                                 "return", "bug"])
+    except Exception:  # noqa: BLE001
+        return None
+    if eps.empty:
+        return None
+    g = eps.groupby(["iteration", "state_index", "role"])["return"].mean().unstack("role")
+    if not {"aut", "challenger"} <= set(g.columns):
+        return None
+    bug = eps.groupby(["iteration", "state_index"])["bug"].any().reindex(g.index)
+    return pd.DataFrame({"campaign": r.name, "aut_return": g["aut"].to_numpy(), "ca_return": g["challenger"].to_numpy(),
+                         "bug": bug.to_numpy(dtype=bool)})
+
+
+def _behaviour(runs: list[Run], max_sequences: int) -> tuple[pd.DataFrame | None, pd.DataFrame | None, list[str]]:
+    """Behaviour clusters of the AUT on the bugs of each scenario's Delta runs (or, without a
+    Delta run, of the runs that found bugs); the linkage of the first one per scenario."""
+    from orchestrator.analysis.behaviour import cluster_run
+
+    rows, links, said = [], [], []
+    for sc in sorted({r.scenario for r in runs if r.scenario}):
+        with_bugs = [r for r in runs if r.scenario == sc and r.optimality and r.folder.bugs_parquet.is_file()]
+        chosen = [r for r in with_bugs if r.optimality_method == "delta"] or with_bugs
+        first = True
+        for r in chosen:
+            try:
+                c = cluster_run(r.dir, max_sequences=max_sequences, seed=0)
+            except Exception as exc:  # noqa: BLE001 - a run without its steps/ store
+                said.append(f"behaviour clustering of {r.name}: not possible ({type(exc).__name__}: {exc})")
+                continue
+            if c.n == 0:
+                continue
+            merges = c.linkage[:, 2] if c.linkage is not None else np.zeros(0)
+            for t, k in c.counts.items():
+                rows.append({"campaign": r.name, "scenario": sc, "method": r.optimality_method, "tau": float(t),
+                             "clusters": int(k), "n": c.n, "total": c.total, "d_max": c.d_max,
+                             "min_merge": float(merges.min()) if merges.size else float("nan"), "linkage": c.method})
+            if first and c.linkage is not None:
+                z = np.asarray(c.linkage, dtype=float)
+                links.append(pd.DataFrame({"campaign": r.name, "scenario": sc, "a": z[:, 0], "b": z[:, 1],
+                                           "dist": z[:, 2], "count": z[:, 3]}))
+                first = False
+    return (pd.DataFrame(rows) if rows else None, pd.concat(links, ignore_index=True) if links else None, said)
+
+
+def _concat(frames) -> pd.DataFrame | None:
+    frames = [f for f in frames if f is not None and not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
+def collect(root: str | Path, *, max_sequences: int = 300) -> ReportData:
+    """The report's data for ``root``: a run folder, a grid folder (``results.parquet`` and its
+    campaigns' run folders), a folder of run folders, or a results folder holding only the
+    saved ``report_data/`` (or only a grid's ``results.parquet``)."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ReportError(f"{root} is not a folder")
+    grid_df = read_parquet(root / GRID_RESULTS)
+    single = grid_df is None and is_run(root)
+    if single:
+        dirs = [root]
+    else:
+        named = [root / str(c) for c in (grid_df.get("campaign", []) if grid_df is not None else [])]
+        dirs = [d for d in named if d.is_dir() and is_run(d)] or find_runs(root)
+    if not dirs:
+        if has_saved_data(root):
+            return ReportData.load(root)
+        if grid_df is not None:
+            return from_grid_table(grid_df, root)
+        raise ReportError(f"{root} holds no run folder (store.json, campaign.json, summary.json, "
+                          f"optimality_summary.json or results.json), no grid {GRID_RESULTS} and no saved "
+                          f"{DATA_DIR}/ of an earlier report")
+    runs = [Run.load(d) for d in dirs]
+    table = pd.DataFrame([run_row(r) for r in runs])
+    if grid_df is not None and "status" in grid_df:  # failed campaigns have no run folder worth reading
+        failed = grid_df[grid_df["status"] != "done"]
+        if len(failed):
+            extra = from_grid_table(failed, root)["runs"]
+            table = pd.concat([table, extra[~extra["campaign"].isin(table["campaign"])]], ignore_index=True)
+    behaviour, dendrograms, said = _behaviour(runs, max_sequences)
+    tables = {
+        "runs": table,
+        "agents": _concat([pd.DataFrame(agent_rows(r)) for r in runs]),
+        "timelines": _concat([df for r in runs for df in _timeline_rows(r)]),
+        "bug_list": _concat([_bug_rows(r) for r in runs]),
+        "failure_list": _dedupe_failures(_concat([_failure_rows(r) for r in runs])),
+        "cases": _concat([_case_rows(r) for r in runs]),
+        "behaviour": behaviour,
+        "dendrograms": dendrograms,
+    }
+    kind = "run" if single else "grid" if grid_df is not None else "collection"
+    title = runs[0].name if single else root.name
+    data = ReportData(kind, title, str(root), {k: v for k, v in tables.items() if v is not None}, said,
+                      {r.name: r.dir for r in runs})
+    return data
+
+
+def _dedupe_failures(f: pd.DataFrame | None) -> pd.DataFrame | None:
+    """One copy of each safety run's failures (campaigns sharing a safety run list them once)."""
+    if f is None:
+        return None
+    first = f.groupby("safety_key")["campaign"].transform("first")
+    return f[f["campaign"] == first].reset_index(drop=True)
+
+
+# -- a grid's results table alone (its run folders gone) ---------------------------------------
+def _point(value) -> dict:
+    """A grid axis value: a JSON mapping (several settings together) or a plain value."""
+    if isinstance(value, str) and value.startswith("{"):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return {}
+    return {}
+
+
+def from_grid_table(grid_df: pd.DataFrame, root: Path) -> ReportData:
+    """The report's data from a grid's ``results.parquet`` alone: one row per campaign with the
+    axis values and each phase's headline figures. The grid's base campaign (``grid.json``,
+    written by ``deltarl grid``) fills in what no axis set. Timelines, bug and failure states,
+    per-case returns, behaviour clusters and the agents' cards are not in that table."""
+    base = {}
+    gj = root / GRID_JSON
+    if gj.is_file():
+        try:
+            base = json.loads(gj.read_text()).get("base") or {}
+        except ValueError:
+            base = {}
+    axis_cols = [c for c in grid_df.columns if c not in RESULT_COLUMNS and not str(c).endswith("_return")]
+    rows = []
+    for _, g in grid_df.iterrows():
+        setting = {}  # dotted key -> value, from the base and then the axes
+        for k, v in _flatten(base).items():
+            setting[k] = v
+        for c in axis_cols:
+            v = g[c]
+            mapping = _point(v)
+            if mapping:
+                setting.update(_flatten(mapping))
+            else:
+                setting[c] = v.item() if hasattr(v, "item") else v
+        fuzzer = setting.get("optimality.fuzzer")
+        without = setting.get("optimality.params.without") or []
+        if hasattr(without, "tolist"):
+            without = without.tolist()
+        method = None
+        if fuzzer and not _missing(g.get("cases")):
+            method = fuzzer + (" w/o " + ", ".join(without) if len(without) else "")
+        algos = setting.get("challenger.algos")
+        if hasattr(algos, "tolist"):
+            algos = algos.tolist()
+        rets = {str(c)[:-len("_return")]: g[c] for c in grid_df.columns if str(c).endswith("_return")
+                and not _missing(g[c])}
+        algo = (list(algos)[0] if algos else None) or (next(iter(rets)) if len(rets) == 1 else None)
+        scenario = setting.get("scenario")
+        seed = setting.get("seed")
+        sk = None
+        if not _missing(g.get("safety_episodes")):
+            sk = _key(scenario, setting.get("scenario_overrides"), setting.get("aut"), seed,
+                      {k: v for k, v in setting.items() if k.startswith("safety.")})
+        rows.append({"campaign": g["campaign"], "scenario": scenario, "aut": setting.get("aut"),
+                     "seed": None if _missing(seed) else int(seed), "status": g.get("status", "done"),
+                     "error": g.get("error") or "",
+                     "safety_fuzzer": setting.get("safety.fuzzer") if sk else None,
+                     "safety_episodes": _num(g.get("safety_episodes")), "failures": _num(g.get("failures")),
+                     "distinct_failures": _num(g.get("distinct_failures")), "flaky_failures": None,
+                     "safety_key": sk, "method": method, "challenger_algo": algo,
+                     "challenger_return": _num(rets.get(algo)) if algo else None,
+                     "oracle": _oracle(setting.get("optimality.oracle"), scenario) if method else None,
+                     "cases": _num(g.get("cases")),
+                     "bugs": _num(g.get("bugs")), "distinct_bugs": _num(g.get("distinct_bugs")),
+                     "distance": _num(g.get("distance")), "flaky_bugs": None})
+    runs = pd.DataFrame(rows)
+    agents = []
+    for _, r in runs.iterrows():
+        if r["challenger_algo"] and not _missing(r["challenger_return"]):
+            agents.append({"scenario": r["scenario"], "role": "challenger", "algo": r["challenger_algo"],
+                           "campaign": r["campaign"], "key": _key(r["safety_key"], r["challenger_algo"]),
+                           "mean_return": r["challenger_return"], "ci95_margin": None, "success_rate": None,
+                           "episodes": None, "training_wall_seconds": None})
+    notes = ["made from the grid's results table alone (its run folders are not here): failures and bugs over "
+             "time, the bug and failure states, the per-case returns, the behaviour clusters and the agents' "
+             "cards (AUT evaluation, challenger success rates, training times) are not in it"]
+    tables = {"runs": runs}
+    if agents:
+        tables["agents"] = pd.DataFrame(agents)
+    return ReportData("grid", root.name, str(root), tables, notes)
+
+
+def _oracle(oracle, scenario) -> str | None:
+    """The campaign's oracle; ``auto`` (the default) is statistical on a stochastic scenario."""
+    if oracle not in (None, "auto"):
+        return str(oracle)
+    try:
+        from envs import get_scenario
+
+        return "statistical" if get_scenario(scenario).stochastic else "differential"
+    except Exception:  # noqa: BLE001 - a plug-in scenario not installed here
+        return None
+
+
+RESULT_COLUMNS = ("campaign", "status", "error", "safety_episodes", "failures", "distinct_failures", "cases", "bugs",
+                  "distinct_bugs", "distance")
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in (d or {}).items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _missing(v) -> bool:
+    if v is None:
+        return True
+    try:
+        return bool(pd.isna(v))
+    except (TypeError, ValueError):
+        return False
+
+
+def _num(v):
+    return None if _missing(v) else (int(v) if float(v).is_integer() else float(v))

@@ -1,0 +1,111 @@
+"""The local Ray cluster's supervisor: no Ray process outlives the driver that started it.
+
+``ray.init(address="local")`` starts the cluster's processes (GCS, raylet, dashboard, log
+monitor) as children of the driver. When the driver is killed (SIGKILL, OOM killer, a closed
+terminal), the GCS and the raylet follow it, but the raylet's agents (dashboard agent,
+runtime-env agent) keep running and listening for up to a minute while they try to flush logs
+to the dead GCS, and workers can linger too.
+
+:func:`supervise` starts this file as a small separate program (standard library only, in its
+own session so that a Ctrl-C to the driver's terminal does not reach it). It holds the read end
+of a pipe whose write end only the driver holds; every half second it records the processes
+descending from the cluster's processes (with their start times, so that a reused PID is never
+touched). When the pipe reports end-of-file (the driver is gone, however it died), it sends
+SIGTERM to every recorded process still alive, waits a moment, sends SIGKILL to the rest, and
+exits. It never touches a process it did not see descending from the cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent PID, start time) of ``pid`` from /proc, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    rest = data[data.rfind(")") + 2:].split()  # fields after "(comm)"
+    try:
+        return int(rest[1]), int(rest[19])  # ppid, starttime
+    except (IndexError, ValueError):
+        return None
+
+
+def _descendants(roots: dict[int, int]) -> dict[int, int]:
+    """``roots`` (pid -> start time) and every live process descending from one of them."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            st = _stat(int(name))
+            if st is not None:
+                table[int(name)] = st
+    found = {pid: start for pid, start in roots.items() if table.get(pid, (0, None))[1] == start}
+    grew = True
+    while grew:
+        grew = False
+        for pid, (ppid, start) in table.items():
+            if ppid in found and pid not in found:
+                found[pid] = start
+                grew = True
+    return found
+
+
+def _alive(tracked: dict[int, int]) -> dict[int, int]:
+    return {pid: start for pid, start in tracked.items() if (_stat(pid) or (0, None))[1] == start}
+
+
+def _signal(tracked: dict[int, int], sig: int) -> None:
+    for pid in _alive(tracked):
+        try:
+            os.kill(pid, sig)
+        except OSError:
+            pass
+
+
+def watch(fd: int, roots: list[int], poll_s: float = 0.5, grace_s: float = 2.0) -> None:
+    """Track ``roots`` and their descendants until ``fd`` reaches end-of-file; then end them."""
+    tracked = {pid: st[1] for pid in roots if (st := _stat(pid)) is not None}
+    while True:
+        ready, _, _ = select.select([fd], [], [], poll_s)
+        if ready and not os.read(fd, 4096):
+            break  # the driver is gone (or shut Ray down and exited)
+        tracked.update(_descendants(tracked))
+    tracked.update(_descendants(tracked))  # children started since the last look
+    _signal(tracked, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while _alive(tracked) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    _signal(tracked, signal.SIGKILL)
+
+
+def supervise(roots: list[int]) -> subprocess.Popen | None:
+    """Start the supervisor of the cluster processes ``roots`` (PIDs) for this driver; returns
+    its process (the driver keeps it, and with it the pipe's write end, until it exits)."""
+    if not sys.platform.startswith("linux") or not roots:
+        return None  # /proc is Linux's; elsewhere Ray's own fate-sharing is all there is
+    read_end, write_end = os.pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), str(read_end), *map(str, roots)],
+                                pass_fds=(read_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    except OSError:
+        os.close(read_end)
+        os.close(write_end)
+        return None
+    os.close(read_end)
+    os.set_inheritable(write_end, False)
+    proc._deltarl_pipe = write_end  # held open for the life of this process: its end-of-file is the signal
+    return proc
+
+
+if __name__ == "__main__":  # python watchdog.py FD PID...
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    watch(int(sys.argv[1]), [int(p) for p in sys.argv[2:]])
