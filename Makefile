@@ -27,12 +27,15 @@ install: $(BIN)/.deltarl-installed
 run: $(BIN)/.deltarl-installed
 	$(BIN)/deltarl run experiments/quickstart.yaml --out $(RUN)
 
-# the report tests open the HTML in headless Chromium (Debian's package; root installs it here)
+# the report tests open the HTML in headless Chromium, and MuJoCo bug videos render offscreen through
+# EGL with Mesa's software driver (Debian's packages; root installs them here)
+SYSPKGS := chromium libegl1 libegl-mesa0 libgl1-mesa-dri
 browser:
-	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); \
-	  else echo "note: no chromium on PATH; the report tests need it: sudo apt-get install -y chromium"; fi
+	@missing=""; for p in $(SYSPKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  if [ -z "$$missing" ]; then :; \
+	  elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null); \
+	  else echo "note: missing system packages:$$missing; the report and video tests need them: sudo apt-get install -y$$missing"; fi
 
 # lint (pyflakes + import order, settings in pyproject.toml), then the suite
 test: $(BIN)/.deltarl-installed browser

@@ -240,6 +240,12 @@ class Scenario(abc.ABC):
         """Number of distinct grid cells holding at least one of ``states``."""
         return count_distinct_rows(self.grid_cells(states, intervals)) if len(states) else 0
 
+    def diversity_bounds(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """Fixed (low, high) per observation dimension for LLMTester's Table II counts of
+        distinct failure states (:mod:`orchestrator.analysis.diversity`), the same grid for every
+        method and run; None (the default): each run's grid is fitted to its own failures."""
+        return None
+
     def describe(self) -> dict:
         return {
             "name": self.name,

@@ -354,11 +354,13 @@ class BipedalSim(BatchSimulator):
 class BipedalWalker(Scenario):
     """BipedalWalker hardcore; the initial state is the obstacle sequence (module docs).
 
-    ``mutate`` is the peer tools' operator: each position independently with probability
-    ``p = min(scale, 1)`` (default ``mutation_scale`` 0.1, the peers' Bernoulli(0.1)) moves to
-    one of the two other kinds, chosen uniformly (a shift of +1 or +2 mod 3). The peers'
-    ``clip((s + δ) mod 4, 1, 3)`` with δ ∈ {0, 1} is biased (3 → 1, 1 → 2, 2 → 3 only); this
-    operator reaches both other kinds. A larger ``scale`` changes more positions on average.
+    ``mutate`` is the peer tools' operator (MDPFuzz's ``clip((s + 1) mod 4, 1, 3)`` on a
+    Bernoulli mask): each position independently with probability ``p = min(scale, 1)`` (default
+    ``mutation_scale`` 0.1, the peers' Bernoulli(0.1)) moves one step along the cycle
+    1 → 2 → 3 → 1 (stump → stairs → pit → stump). ``mutation_operator = "either"`` instead moves
+    a chosen position to either other kind, uniformly (+1 or +2 mod 3). ``mutation_nonnull``
+    redraws a mutant identical to its parent (the replication's guard; off by default, as in the
+    original fuzzing phase, where ≈ 21% of the mutants equal their parent).
     """
 
     name: str = "BipedalWalker"
@@ -377,6 +379,8 @@ class BipedalWalker(Scenario):
     max_steps: int = 600
     grid_intervals: int = 3  # one cell per obstacle kind
     mutation_scale: float = 0.1  # the per-position change probability
+    mutation_operator: str = "cycle"  # "cycle": 1 -> 2 -> 3 -> 1 (the peers'); "either": +1 or +2 mod 3
+    mutation_nonnull: bool = False  # redraw mutants equal to their parent (the replication's guard)
     failure_rule: str = "the walker fell (hull touched the ground) or walked off the start (x < 0): terminated, reward -100"
     stochastic: bool = True  # obstacle sizes and the initial push follow the episode seed
     terrain_seed: int | None = None  # one seed for every episode: then the state alone decides
@@ -405,11 +409,28 @@ class BipedalWalker(Scenario):
         scale = self.mutation_scale if scale is None else float(scale)
         if not np.isfinite(scale) or scale < 0:
             raise ScenarioError(f"mutation scale must be a finite number >= 0, got {scale!r}")
+        if self.mutation_operator not in ("cycle", "either"):
+            raise ScenarioError(f"{self.name}: mutation_operator must be 'cycle' or 'either', got {self.mutation_operator!r}")
         p = min(scale, 1.0)
-        flip = rng.random(states.shape) < p
-        shift = rng.integers(1, 3, size=states.shape)  # +1 or +2 mod 3: one of the other kinds
         kinds = states.astype(np.int64) - 1
-        return np.where(flip, (kinds + shift) % 3 + 1, kinds + 1).astype(np.float64)
+
+        def draw(k):
+            flip = rng.random(k.shape) < p
+            if self.mutation_operator == "cycle":
+                shift = np.ones(k.shape, dtype=np.int64)
+            else:
+                shift = rng.integers(1, 3, size=k.shape)  # +1 or +2 mod 3: one of the other kinds
+            return np.where(flip, (k + shift) % 3, k)
+
+        out = draw(kinds)
+        if self.mutation_nonnull and p > 0:
+            same = np.flatnonzero((out == kinds).all(axis=1))
+            for _ in range(1000):
+                if same.size == 0:
+                    break
+                out[same] = draw(kinds[same])
+                same = same[(out[same] == kinds[same]).all(axis=1)]
+        return (out + 1).astype(np.float64)
 
     def project(self, states):
         """Arbitrary vectors (e.g. GMT's generated ones) to the nearest obstacle kinds."""
@@ -444,5 +465,14 @@ class BipedalWalker(Scenario):
     def is_failure(self, returns, lengths, terminated):
         return np.asarray(terminated, dtype=bool)
 
+    def diversity_bounds(self):
+        """Table II's grid: gymnasium's declared observation bounds (hull angle and joint angles
+        ±π, velocities ±5, leg contacts [0, 5], lidar [−1, 1])."""
+        return _OBS_LOW.copy(), _OBS_HIGH.copy()
+
+
+# gymnasium BipedalWalker's observation_space
+_OBS_HIGH = np.array([np.pi, 5, 5, 5, np.pi, 5, np.pi, 5, 5, np.pi, 5, np.pi, 5, 5] + [1] * 10, dtype=np.float64)
+_OBS_LOW = np.where(np.isin(np.arange(24), [8, 13]), 0.0, -_OBS_HIGH)  # the leg contacts start at 0
 
 register()

@@ -402,3 +402,11 @@ class CoopNavi(Scenario):
 
     def is_failure(self, returns, lengths, terminated):
         return np.asarray(terminated, dtype=bool)
+
+    def diversity_bounds(self):
+        """Table II's grid, per agent: own velocity ±1.5, own position ±2, landmarks and other
+        agents relative to it ±3 (positions start in [−1, 1]; 2000 episodes of uniformly random
+        forces, the most violent case, stay within these bounds for 99.8% of the values)."""
+        per_agent = np.array([1.5] * 2 + [2.0] * 2 + [3.0] * 6 + [3.0] * 4)
+        high = np.tile(per_agent, N_AGENTS)
+        return -high, high

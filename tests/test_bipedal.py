@@ -163,17 +163,36 @@ def test_kinds_do_not_shift_the_random_stream(scenario):
 
 
 def test_mutation_stays_on_the_kinds(scenario):
+    """The peers' operator: Bernoulli(0.1) per position, then one step along 1 -> 2 -> 3 -> 1."""
     rng = np.random.default_rng(3)
     u = scenario.sample(rng, 2000)
     m = scenario.mutate(u, rng)
     assert set(np.unique(m)) <= {1.0, 2.0, 3.0}
     changed = m != u
     assert 0.09 < changed.mean() < 0.11  # Bernoulli(0.1) per position by default
-    # a flipped position takes each of the two other kinds about equally often
-    shift = ((m - u) % 3)[changed]
-    assert 0.45 < (shift == 1).mean() < 0.55
+    # a changed position always moves one step along the cycle: 1 -> 2, 2 -> 3, 3 -> 1
+    assert np.all(((m - u) % 3)[changed] == 1)
+    for a, b in ((1, 2), (2, 3), (3, 1)):
+        assert np.all(m[changed & (u == a)] == b)
+    assert 0.18 < (~changed).all(axis=1).mean() < 0.24  # no guard: 0.9^15 = 21% null mutants
     assert np.array_equal(scenario.mutate(u, rng, scale=0.0), u)
     assert np.all(scenario.mutate(u, rng, scale=1.0) != u)
+
+
+def test_mutation_variants():
+    from envs import get_scenario
+
+    rng = np.random.default_rng(4)
+    either = get_scenario("BipedalWalker", mutation_operator="either")
+    u = either.sample(rng, 2000)
+    m = either.mutate(u, rng)
+    shift = ((m - u) % 3)[m != u]
+    assert 0.45 < (shift == 1).mean() < 0.55  # both other kinds, about equally often
+    guarded = get_scenario("BipedalWalker", mutation_nonnull=True)
+    g = guarded.mutate(u, rng)
+    assert (g != u).any(axis=1).all()  # the replication's guard: no mutant equals its parent
+    with pytest.raises(ScenarioError, match="mutation_operator must be 'cycle' or 'either'"):
+        get_scenario("BipedalWalker", mutation_operator="swap").mutate(u[:2], rng)
 
 
 def test_validate_rejects_non_integers(scenario):

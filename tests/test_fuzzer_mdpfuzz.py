@@ -182,6 +182,7 @@ def test_parameters_defaults_and_errors(cartpole):
     fz = MDPFuzz(cartpole, seed=0)
     assert (fz.gmm_k, fz.tau, fz.gamma) == (10, 0.01, 0.01)
     assert fz.mutation_scale is None and fz.budget_per_seed is None and fz.mutant_sensitivity == "twin"
+    assert fz.sensitivity_norm  # Eq. 1 with its divisor by default
     assert isinstance(make_fuzzer("mdpfuzz", cartpole, seed=1, tau=0.1), MDPFuzz)
     with pytest.raises(TypeError):
         MDPFuzz(cartpole, seed=0, not_a_param=1)
@@ -192,7 +193,7 @@ def test_parameters_defaults_and_errors(cartpole):
 
 
 def test_sampling_twins_are_paired_and_sensitivity_is_the_return_gap(cartpole):
-    fz = MDPFuzz(cartpole, seed=3)
+    fz = MDPFuzz(cartpole, seed=3, sensitivity_norm=False)
     p = fz.propose(5)  # 3 seeds; two twins fit, the third seed's twin is owed
     assert list(p.tags["kind"]) == ["seed", "twin", "seed", "twin", "seed"]
     assert p.tags["pair"][0] == p.tags["pair"][1] and p.tags["pair"][2] == p.tags["pair"][3]
@@ -216,8 +217,9 @@ def test_sampling_twins_are_paired_and_sensitivity_is_the_return_gap(cartpole):
 
 
 def test_normalised_sensitivity(cartpole):
+    """Eq. 1, the default: |R(s) - R(s + delta)| / ||delta||_2 (delta in units of the widths)."""
     ret = lambda s: 100.0 - 1000.0 * np.abs(s).sum(axis=1)
-    fz = MDPFuzz(cartpole, seed=4, sensitivity_norm=True)
+    fz = MDPFuzz(cartpole, seed=4)
     p = fz.propose(2)
     fz.observe(p, fake_feedback(p.states, ret))
     r = ret(p.states)
@@ -252,7 +254,7 @@ def test_proposals_are_valid_in_both_phases(cartpole):
 
 
 def test_acceptance_rule_on_hand_built_feedback(cartpole):
-    fz = MDPFuzz(cartpole, seed=11, tau=1e-300)  # nothing is fresh: acceptance by return only
+    fz = MDPFuzz(cartpole, seed=11, tau=1e-300, sensitivity_norm=False)  # nothing is fresh: acceptance by return only
     p = fz.propose(8)
     fz.observe(p, fake_feedback(p.states, lambda s: np.full(len(s), 50.0)))
     fz.start_phase("fuzzing")
@@ -308,7 +310,7 @@ def test_freshness_alone_keeps_a_mutant_with_a_far_trajectory(cartpole):
 
 
 def test_code_variants_budget_and_local_sensitivity(cartpole):
-    fz = MDPFuzz(cartpole, seed=5, budget_per_seed=2, mutant_sensitivity="parent", tau=1e-300)
+    fz = MDPFuzz(cartpole, seed=5, budget_per_seed=2, mutant_sensitivity="parent", tau=1e-300, sensitivity_norm=False)
     p = fz.propose(2)
     fz.observe(p, fake_feedback(p.states, lambda s: np.full(len(s), 50.0)))
     fz.start_phase("fuzzing")

@@ -9,16 +9,16 @@ The 45 public ``run2a`` networks (``ACASXU_run2a_<prev 1..5>_<tau 1..9>_batch_20
 read with ``onnx.numpy_helper`` from ``$DELTARL_ACASXU_DIR``, by default the
 ``shared/data/acasxu`` folder next to the repository root. Each is a 5-50-50-50-50-50-50-5 ReLU
 MLP (``MatMul(W, x) + B``) in float32. Per row, the network of the previous advisory (and of
-``tau``; the encounter is horizontal-only, so tau = 0, the ``<prev>_1`` files) scores the 5
-advisories; the advisory taken is the argmin.
+``tau``: by default tau index 1, the ``<prev>_2`` files, the set MDPFuzz and LLMTester load with
+``read_onnx(prev, 2)``) scores the 5 advisories; the advisory taken is the argmin.
 
 Input normalisation: the ONNX files hold no normalisation nodes or metadata (checked by
 :func:`load_networks`: the graph must be exactly MatMul/Add/Relu), so the standard ACAS Xu
 constants of the network release are used: ``(x − MEANS) / RANGES`` with means
 (19791.091, 0, 0, 650, 600) and ranges (60261, 2π, 2π, 1100, 1200). The output scaling of the
-release (a positive affine map) does not change the argmin and is not applied. As in the
-closed-loop simulations the peers build on, a separation above 60760 ft (the networks' input
-domain) gives clear-of-conflict without running a network.
+release (a positive affine map) does not change the argmin and is not applied. The peers run a
+network at every step whatever the separation; ``coc_beyond`` (off by default) instead answers
+clear-of-conflict beyond a separation without running a network.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from workers.resources import acasxu_dir
 
 MEANS = np.array([19791.091, 0.0, 0.0, 650.0, 600.0], dtype=np.float32)
 RANGES = np.array([60261.0, 6.28318530718, 6.28318530718, 1100.0, 1200.0], dtype=np.float32)
-RHO_MAX = 60760.0  # beyond this separation: clear-of-conflict (outside the networks' domain)
+RHO_MAX = 60760.0  # the networks' input domain of rho (the coc_beyond option's usual value)
+TAU = 1  # the default tau index: the <prev>_2 files, MDPFuzz's set
 N_PREV, N_TAU, N_LAYERS = 5, 9, 7
 _OPS = ["MatMul", "Add", "Relu"] * (N_LAYERS - 1) + ["MatMul", "Add"]
 
@@ -101,12 +102,12 @@ class AcasXuDNN:
     """The ACAS Xu DNN policy: ``act(obs)`` maps (n, 6) observations to (n,) advisories.
 
     ``directory``: where the 45 ONNX files are (default :func:`default_dir`). ``tau``: the tau
-    index of the networks used (0 = the ``<prev>_1`` files, time to loss of vertical separation
-    0 s, the horizontal-encounter networks). ``coc_beyond``: separation above which the
-    advisory is COC without consulting a network (None: always consult).
+    index of the networks used (default 1 = the ``<prev>_2`` files, MDPFuzz's set; 0 = the
+    ``<prev>_1`` files). ``coc_beyond``: separation above which the advisory is COC without
+    consulting a network (default None: always consult, as the peers).
     """
 
-    def __init__(self, directory: str | Path | None = None, tau: int = 0, coc_beyond: float | None = RHO_MAX,
+    def __init__(self, directory: str | Path | None = None, tau: int = TAU, coc_beyond: float | None = None,
                  blas_threads: int | None = 1):
         if not 0 <= int(tau) < N_TAU:
             raise ValueError(f"tau index must be in 0..{N_TAU - 1}, got {tau}")
@@ -167,8 +168,8 @@ class AlwaysCOC:
         return np.zeros(len(np.asarray(obs).reshape(-1, 6)), dtype=np.int64)
 
 
-def export_torchscript(path: str | Path, directory: str | Path | None = None, tau: int = 0,
-                       coc_beyond: float | None = RHO_MAX) -> Path:
+def export_torchscript(path: str | Path, directory: str | Path | None = None, tau: int = TAU,
+                       coc_beyond: float | None = None) -> Path:
     """Write the agent as a TorchScript module (``policy.pt`` of the zoo entry, so that
     ``zoo:ACASXu`` resolves): (n, 6) float32 observations -> (n,) int64 advisories, the same
     networks, normalisation and COC rule as :class:`AcasXuDNN`."""

@@ -30,6 +30,8 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 
+RESPONSE_FORMATS = ("auto", "json_schema", "json_object", "text")
+FORMAT_FALLBACK = {"json_schema": "json_object", "json_object": "text"}  # response_format: auto
 RETRY_STATUS = (408, 409, 425, 429, 500, 502, 503, 504)
 FATAL_STATUS = (400, 401, 403, 404, 422)
 
@@ -62,6 +64,10 @@ class LLMConfig:
     actors: int = 2  # LLMGenerator actors (each runs several calls concurrently)
     seed: int | None = None  # sent to servers that accept it (OpenAI, vLLM)
     max_consecutive_failures: int | None = None  # stop the campaign after N calls in a row without a usable scenario
+    # how the reply is constrained to JSON: auto (OpenAI's json_schema, then llama.cpp's json_object + schema, then
+    # plain text, stepping down when the server refuses one), json_schema, json_object, text (no constraint)
+    response_format: str = "auto"
+    reasoning: bool = True  # ask for the paper's reasoning steps (as JSON fields when the reply is JSON) before the state
 
     def resolved(self) -> "LLMConfig":
         """A copy with ``base_url``/``model`` filled from the environment where unset."""
@@ -87,10 +93,12 @@ class LLMConfig:
                   ("actors", c.actors >= 1), ("timeout_s", c.timeout_s > 0), ("max_retries", c.max_retries >= 0),
                   ("max_tokens", c.max_tokens >= 1), ("backoff_s", c.backoff_s >= 0),
                   ("tokens_per_minute", c.tokens_per_minute is None or c.tokens_per_minute > 0),
-                  ("max_consecutive_failures", c.max_consecutive_failures is None or c.max_consecutive_failures >= 1)]
+                  ("max_consecutive_failures", c.max_consecutive_failures is None or c.max_consecutive_failures >= 1),
+                  ("response_format", c.response_format in RESPONSE_FORMATS)]
         for name, ok in checks:
             if not ok:
-                raise LLMConfigError(f"llm.{name} has an impossible value: {getattr(c, name)!r}")
+                raise LLMConfigError(f"llm.{name} has an impossible value: {getattr(c, name)!r}"
+                                     + (f" (one of {', '.join(RESPONSE_FORMATS)})" if name == "response_format" else ""))
         if c.api_key_env and not c.api_key_env.replace("_", "").isalnum():
             raise LLMConfigError("llm.api_key_env must be the NAME of an environment variable (like OPENAI_API_KEY), "
                                  "not the key itself")
@@ -119,6 +127,7 @@ class LLMReply:
     waited_s: float = 0.0  # time spent waiting for the rate limiter
     started_at: float = 0.0  # unix time
     model: str = ""
+    response_format: str = ""  # how the reply was constrained: json_schema, json_object or text
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -291,6 +300,8 @@ class LLMGenerator:
         self._key: str | None = None
         self._session = None
         self._rng = random.Random(seed)
+        self._auto = self.config.response_format == "auto"
+        self._format = "json_schema" if self._auto else self.config.response_format
 
     def set_api_key(self, key: str | None) -> bool:
         self._key = key or None
@@ -318,9 +329,30 @@ class LLMGenerator:
         base = self.config.backoff_s * (2 ** (attempt - 1))
         return min(self.config.backoff_max_s, base) * (0.5 + self._rng.random())
 
-    async def chat(self, messages: list[dict], request_id: str = "") -> dict:
+    def response_format(self, schema: dict | None) -> dict | None:
+        """The request's ``response_format`` for ``schema`` in the current mode (None: unconstrained)."""
+        if schema is None or self._format == "text":
+            return None
+        if self._format == "json_schema":  # OpenAI, vLLM, Ollama, llama.cpp's llama-server
+            return {"type": "json_schema", "json_schema": {"name": "new_scenario", "schema": schema, "strict": True}}
+        return {"type": "json_object", "schema": schema}  # llama-cpp-python's server
+
+    def _step_down(self, status: int, body: str, used: str) -> bool:
+        """``response_format: auto``: the server refused the JSON constraint ``used``; the next
+        requests use the next form (once, even when several calls in flight were refused)."""
+        if not self._auto or used == "text" or status not in (400, 422, 500):
+            return False
+        low = body.lower()
+        if not any(w in low for w in ("response_format", "json_schema", "json_object", "schema")):
+            return False
+        if self._format == used:
+            self._format = FORMAT_FALLBACK[used]
+        return True
+
+    async def chat(self, messages: list[dict], request_id: str = "", schema: dict | None = None) -> dict:
         """One completion; returns :meth:`LLMReply.to_dict` (``ok`` False with the reason when
-        every attempt failed). Raises :class:`LLMFatalError` on 400/401/403/404/422."""
+        every attempt failed). Raises :class:`LLMFatalError` on 400/401/403/404/422. ``schema``:
+        the JSON schema the reply should follow (sent as ``response_format`` unless the mode is text)."""
         import aiohttp
 
         cfg = self.config
@@ -338,12 +370,19 @@ class LLMGenerator:
         t0 = time.monotonic()
         session = await self._http()
         last_error = ""
-        for attempt in range(1, cfg.max_retries + 2):
+        attempt, retries = 0, 0
+        while True:
+            attempt += 1
             reply.attempts = attempt
+            fmt = self.response_format(schema)
+            payload.pop("response_format", None)
+            if fmt is not None:
+                payload["response_format"] = fmt
+            reply.response_format = "text" if fmt is None else self._format
             tw = time.monotonic()
             ticket = await self._limiter("acquire", est)
             reply.waited_s += time.monotonic() - tw
-            status, used, retry_after = 0, None, None
+            status, used, retry_after, stepped = 0, None, None, False
             try:
                 timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
                 async with session.post(url, json=payload, headers=headers, timeout=timeout) as resp:
@@ -366,11 +405,15 @@ class LLMGenerator:
                         used = reply.prompt_tokens + reply.completion_tokens if usage else None
                         reply.ok, reply.text, reply.error = True, text, ""
                         break
+                elif fmt is not None and self._step_down(status, body, reply.response_format):
+                    stepped = True  # not a failure: the same request again in the next form, at once
+                    last_error = f"HTTP {status}: the server refused response_format {fmt['type']}"
                 elif status in FATAL_STATUS:
                     hint = {401: f"check the API key in the environment variable {cfg.api_key_env}",
                             403: f"the key in {cfg.api_key_env} lacks access to model {cfg.model!r}",
                             404: f"check llm.base_url ({cfg.base_url}) and llm.model ({cfg.model})"}.get(
-                        status, "the request was refused; check llm.model and the endpoint's limits")
+                        status, "the request was refused; check llm.model, llm.response_format and the endpoint's "
+                                "limits")
                     raise LLMFatalError(f"the LLM endpoint answered HTTP {status}: {hint}. "
                                         f"Reply: {redact(body[:300], key)}")
                 else:
@@ -381,8 +424,12 @@ class LLMGenerator:
                 last_error = f"connection error ({type(exc).__name__}: {redact(str(exc)[:200], key)})"
             finally:
                 await self._limiter("release", ticket, used, status, retry_after)
-            if attempt <= cfg.max_retries:
-                await asyncio.sleep(self._backoff(attempt, retry_after if status == 429 else None))
+            if stepped:
+                continue
+            retries += 1
+            if retries > cfg.max_retries:
+                break
+            await asyncio.sleep(self._backoff(retries, retry_after if status == 429 else None))
         if not reply.ok:
             reply.error = f"{last_error} (after {reply.attempts} attempts)"
         reply.latency_s = time.monotonic() - t0

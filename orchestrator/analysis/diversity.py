@@ -1,13 +1,20 @@
 """Diversity of the failures a campaign found, as LLMTester's Table II counts it.
 
 The failing episodes are read back from the run's store (they are the replays: deltarl keeps
-every step). Each observation dimension is cut into ``intervals`` equal parts between the
-minimum and maximum value observed in those episodes; a state is the tuple of its parts. The
-counts are the distinct states over
+every step). Each observation dimension is cut into ``intervals`` equal parts; a state is the
+tuple of its parts. The counts are the distinct states over
 
 * ``entire``   — every observation of every failing episode (the final one included),
 * ``initial``  — the first observation of each failing episode,
 * ``terminal`` — the last observation of each failing episode (the failure scene).
+
+The grid. Two methods are comparable only when their failures are counted on the same grid, so
+a scenario that declares observation bounds (:meth:`envs.base.Scenario.diversity_bounds`: ACAS
+Xu, BipedalWalker, CoopNavi, the Table II scenarios) is counted between those fixed bounds,
+for every method and seed alike (``"grid": "fixed"``; values outside fall into the edge parts).
+Other scenarios fall back to a grid between the minimum and maximum observed in the run's own
+failing episodes (``"grid": "fitted"``), which differs from run to run: such counts compare
+runs only loosely.
 """
 
 from __future__ import annotations
@@ -21,18 +28,28 @@ from orchestrator.runs.layout import SAFETY_PHASES
 from orchestrator.runs.store import RunStore
 
 
-def state_diversity(trajectories: list[np.ndarray], intervals: int = 10) -> dict:
-    """Distinct entire / initial / terminal states of ``trajectories`` (each (T + 1, obs_dim))."""
+def state_diversity(trajectories: list[np.ndarray], intervals: int = 10, bounds=None) -> dict:
+    """Distinct entire / initial / terminal states of ``trajectories`` (each (T + 1, obs_dim)),
+    on the grid between ``bounds`` = (low, high) per observation dimension, or (None) between
+    the minimum and maximum of the trajectories themselves."""
+    grid = "fitted" if bounds is None else "fixed"
     trajs = [np.asarray(t, dtype=np.float64).reshape(len(t), -1) for t in trajectories if len(t)]
     if not trajs:
-        return {"episodes": 0, "entire": 0, "initial": 0, "terminal": 0, "intervals": int(intervals)}
+        return {"episodes": 0, "entire": 0, "initial": 0, "terminal": 0, "intervals": int(intervals), "grid": grid}
     allobs = np.concatenate(trajs)
-    lo, hi = allobs.min(axis=0), allobs.max(axis=0)
+    if bounds is None:
+        lo, hi = allobs.min(axis=0), allobs.max(axis=0)
+    else:
+        lo, hi = (np.asarray(b, dtype=np.float64).reshape(-1) for b in bounds)
+        if lo.shape != (allobs.shape[1],) or hi.shape != lo.shape:
+            raise ValueError(f"diversity bounds have {lo.size}/{hi.size} values for observations of "
+                             f"{allobs.shape[1]} dimensions")
     first = np.stack([t[0] for t in trajs])
     last = np.stack([t[-1] for t in trajs])
     return {"episodes": len(trajs), "entire": count_distinct_rows(grid_index(allobs, lo, hi, intervals)),
             "initial": count_distinct_rows(grid_index(first, lo, hi, intervals)),
-            "terminal": count_distinct_rows(grid_index(last, lo, hi, intervals)), "intervals": int(intervals)}
+            "terminal": count_distinct_rows(grid_index(last, lo, hi, intervals)), "intervals": int(intervals),
+            "grid": grid}
 
 
 def failure_trajectories(run_dir: str | Path, phases=SAFETY_PHASES, role: str = "aut") -> list[np.ndarray]:
@@ -58,6 +75,7 @@ def failure_trajectories(run_dir: str | Path, phases=SAFETY_PHASES, role: str = 
     return out
 
 
-def failure_diversity(run_dir: str | Path, intervals: int = 10, phases=SAFETY_PHASES) -> dict:
-    """Table II's # Entire / # Initial / # Terminal for the failures recorded in ``run_dir``."""
-    return state_diversity(failure_trajectories(run_dir, phases), intervals)
+def failure_diversity(run_dir: str | Path, intervals: int = 10, phases=SAFETY_PHASES, bounds=None) -> dict:
+    """Table II's # Entire / # Initial / # Terminal for the failures recorded in ``run_dir``
+    (``bounds``: the scenario's :meth:`~envs.base.Scenario.diversity_bounds`)."""
+    return state_diversity(failure_trajectories(run_dir, phases), intervals, bounds)

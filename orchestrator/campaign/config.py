@@ -263,8 +263,15 @@ def validate_campaign(c: Campaign):
 
     for where, spec in (("safety", c.safety), ("optimality", c.optimality)):
         if spec is not None and spec.fuzzer.lower() in FUZZERS and fuzzer_class(spec.fuzzer).needs_llm:
+            from workers import local_llm
+
             try:
-                (c.llm or LLMConfig()).check()
+                if local_llm.uses_local_model(c.llm):  # no endpoint: the local model, started by the campaign
+                    local_llm.check_installed()
+                    LLMConfig(**{**(c.llm or LLMConfig()).to_dict(), "base_url": "http://127.0.0.1/v1",
+                                 "model": local_llm.MODEL_ALIAS}).check()
+                else:
+                    (c.llm or LLMConfig()).check()
             except LLMConfigError as exc:
                 raise CampaignError(f"{where}.fuzzer: {spec.fuzzer} asks an LLM for new scenarios, but {exc}") from exc
     # an llm section with an endpoint must be usable even when no fuzzer of this campaign asks

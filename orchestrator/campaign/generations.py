@@ -323,9 +323,17 @@ def _with_llm_figures(phase: Phase, summary: dict) -> dict:
         return summary
     s = phase.fuzzer.stats()
     calls, usable = int(s.get("llm_calls", 0)), int(s.get("llm_usable", 0))
+    answered = int(s.get("llm_ok", 0))  # calls that came back with a reply (the others failed after retries)
+    invalid = int(s.get("llm_unparseable", 0)) + int(s.get("llm_invalid", 0))
     summary = {**summary, "llm_calls": calls, "llm_usable": usable, "llm_fallbacks": int(s.get("llm_fallbacks", 0)),
                "llm_failed": int(s.get("llm_failed", 0)), "llm_unparseable": int(s.get("llm_unparseable", 0)),
-               "llm_invalid": int(s.get("llm_invalid", 0)), "llm_no_usable_scenario": calls > 0 and usable == 0}
+               "llm_invalid": int(s.get("llm_invalid", 0)), "llm_replies": answered, "llm_invalid_replies": invalid,
+               # share of the replies without a usable state (unparseable or outside the scenario's bounds)
+               "llm_invalid_share": invalid / answered if answered else float("nan"),
+               "llm_unchanged": int(s.get("llm_unchanged", 0)),
+               "llm_prompt_tokens": int(s.get("llm_prompt_tokens", 0)),
+               "llm_completion_tokens": int(s.get("llm_completion_tokens", 0)),
+               "llm_no_usable_scenario": calls > 0 and usable == 0}
     phase.run.write_json(phase.run.summary_json(phase.name), summary)
     return summary
 

@@ -94,7 +94,11 @@ def summary_table(results: dict) -> str:
     for name, r in (("safety", s), ("optimality", o)):
         if r and r.get("llm_calls") is not None:  # an LLM-guided fuzzer: did the LLM do its part?
             none = " (NONE: every LLM seed fell back to random mutation)" if r.get("llm_no_usable_scenario") else ""
-            rows.append((f"{name} LLM", f"{r['llm_calls']} calls", f"{r['llm_usable']} usable scenarios{none}"))
+            tokens = r.get("llm_prompt_tokens", 0) + r.get("llm_completion_tokens", 0)
+            share = r.get("llm_invalid_share")
+            invalid = "" if share is None or share != share else f", {share:.0%} of replies invalid"
+            rows.append((f"{name} LLM", f"{r['llm_calls']} calls, {tokens} tokens",
+                         f"{r['llm_usable']} usable scenarios{none}{invalid}"))
     lines = ["| phase | work | result |", "|---|---|---|"] + [f"| {a} | {b} | {c} |" for a, b, c in rows]
     run = RunFolder(results["output"])
     root = run.root

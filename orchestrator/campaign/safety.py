@@ -103,8 +103,10 @@ class SafetyPhase(Phase):
             "confirm_seconds": st.confirm_seconds, **self.executor_info,
             "grid_intervals": self.scenario.grid_intervals,
             "failure_rate": st.failures / st.done if st.done else float("nan"),
-            # LLMTester's Table II: distinct entire / initial / terminal states of the failures (N = 10)
-            "failure_states": failure_diversity(self.run.root, intervals=10),
+            # LLMTester's Table II: distinct entire / initial / terminal states of the failures (N = 10),
+            # on the scenario's fixed observation grid when it has one (the same for every method)
+            "failure_states": failure_diversity(self.run.root, intervals=10,
+                                                bounds=self.scenario.diversity_bounds()),
         }
         self.run.write_json(self.run.summary_json("safety"), summary)
         self.run.write_table(self.run.timeline_parquet("safety"),

@@ -12,6 +12,7 @@
     deltarl report RUN_OR_GRID_DIR    report.md + a self-contained report.html
     deltarl replay | submit | jobs | logs | stop
                                       re-run a bug; campaigns as Ray Jobs on a cluster
+    deltarl llm serve                 the local language model (SmolLM2) for LLMTester campaigns
 
 Bad input (unknown scenario, invalid initial state, a policy that does not load or does not
 fit, an output folder holding another run) ends with one message on stderr and exit code 2,
@@ -23,10 +24,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from orchestrator.cli import agents, campaigns, cluster, engine
+from orchestrator.cli import agents, campaigns, cluster, engine, llm
 from orchestrator.cli.common import EXIT_BAD_INPUT, bad_input_types
 
-COMMAND_GROUPS = (engine, agents, campaigns, cluster)  # each module: its parsers beside their handlers
+COMMAND_GROUPS = (engine, agents, campaigns, cluster, llm)  # each module: its parsers beside their handlers
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -99,7 +99,11 @@ def start_ray(address: str | None = None, *, num_cpus: int | None = None, dashbo
         if address:
             if found and found.get("auth") == "disabled":  # a loopback head of `deltarl ray up`
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            ray.init(address=address, namespace=namespace, logging_level="WARNING")
+            # a head on 127.0.0.1 is joined in Ray's single-machine mode: otherwise Ray rewrites the
+            # loopback address to the machine's own and retries a GCS that never answers there
+            loopback = address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost")
+            with loopback_only() if loopback else contextlib.nullcontext():
+                ray.init(address=address, namespace=namespace, logging_level="WARNING")
         else:
             dashboard = _DASHBOARD["on"] if dashboard is None else dashboard
             if not dashboard:

@@ -15,6 +15,10 @@ Every request and reply is kept for audit: ``<run>/llm/calls-NNNNNN.parquet`` (o
 batch, written whole): request id, prompt messages (JSON), reply text, ok, error, HTTP status,
 attempts, tokens, latency, waits. The API key is read from the environment by whoever makes the
 call and handed to Ray actors through a method call; it is in no file, log line or parameter.
+
+No endpoint configured: the pool starts the local model (``workers.local_llm``: SmolLM2-135M-Instruct
+under llama-cpp-python's server on a free port of 127.0.0.1) and stops it when it is closed, which
+the campaign loop does in a ``finally`` (an error or Ctrl-C included).
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ class AuditLog:
         rows = []
         for req, rep in zip(requests, replies):
             row = {k: rep.get(k) for k in ("request_id", "ok", "text", "error", "status", "attempts", "prompt_tokens",
-                                            "completion_tokens", "latency_s", "waited_s", "started_at", "model")}
+                                            "completion_tokens", "latency_s", "waited_s", "started_at", "model",
+                                            "response_format")}
             row["batch"] = self.batch
             row["messages"] = json.dumps(req["messages"])
             rows.append(row)
@@ -55,10 +60,17 @@ class AuditLog:
 
 
 class _PoolBase:
+    server = None  # the local model's server when this pool started it (stopped by close())
+
     def __init__(self, config: LLMConfig, audit_dir: Path | None):
         self.config = config.check()
         self.audit = AuditLog(audit_dir)
         self.ever_ok = False  # the endpoint answered at least once (for telling a wrong URL from an outage)
+
+    def stop_server(self) -> None:
+        server, self.server = self.server, None
+        if server is not None:
+            server.stop()
 
     def generate(self, requests: list[dict]) -> list[dict]:
         if not requests:
@@ -90,15 +102,19 @@ class LocalLLMPool(_PoolBase):
 
     def _generate(self, requests):
         async def run_all():
-            return await asyncio.gather(*(self.generator.chat(r["messages"], r["request_id"]) for r in requests))
+            return await asyncio.gather(*(self.generator.chat(r["messages"], r["request_id"], r.get("schema"))
+                                          for r in requests))
 
         return asyncio.run_coroutine_threadsafe(run_all(), self._loop).result()
 
     def close(self) -> None:
-        if self._loop.is_running():
-            asyncio.run_coroutine_threadsafe(self.generator.close(), self._loop).result(timeout=10)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
+        try:
+            if self._loop.is_running():
+                asyncio.run_coroutine_threadsafe(self.generator.close(), self._loop).result(timeout=10)
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(timeout=10)
+        finally:
+            self.stop_server()
 
 
 def limiter_name(config: LLMConfig) -> str:
@@ -148,7 +164,7 @@ class RayLLMPool(_PoolBase):
         self.actors = generator_actors(self.config, self.limiter)
 
     def _generate(self, requests):
-        refs = [self.actors[i % len(self.actors)].chat.remote(r["messages"], r["request_id"])
+        refs = [self.actors[i % len(self.actors)].chat.remote(r["messages"], r["request_id"], r.get("schema"))
                 for i, r in enumerate(requests)]
         try:
             return self._ray.get(refs)
@@ -162,20 +178,41 @@ class RayLLMPool(_PoolBase):
         return self._ray.get(self.limiter.stats.remote())
 
     def close(self) -> None:
-        for a in self.actors:
-            try:
-                self._ray.get(a.close.remote(), timeout=10)
-            except Exception:
-                pass
-            self._ray.kill(a)
-        self.actors = []  # the limiter stays: other campaigns on this cluster may share it
+        try:
+            for a in self.actors:
+                try:
+                    self._ray.get(a.close.remote(), timeout=10)
+                except Exception:
+                    pass
+                self._ray.kill(a)
+            self.actors = []  # the limiter stays: other campaigns on this cluster may share it
+        finally:
+            self.stop_server()
 
 
-def make_llm_pool(config: LLMConfig | dict, run_dir: Path | None, *, use_ray: bool):
-    """The pool a campaign uses (audit files under ``run_dir/llm`` when ``run_dir`` is given)."""
-    cfg = config if isinstance(config, LLMConfig) else LLMConfig(**config)
+def make_llm_pool(config: LLMConfig | dict | None, run_dir: Path | None, *, use_ray: bool):
+    """The pool a campaign uses (audit files under ``run_dir/llm`` when ``run_dir`` is given).
+    Without an endpoint (``workers.local_llm.uses_local_model``) it starts the local model's server
+    on 127.0.0.1 first (its log in ``run_dir/llm/_server.log``, a name Parquet readers of the folder skip); ``pool.close()`` stops it."""
+    from workers import local_llm
+
+    cfg = config if isinstance(config, LLMConfig) else LLMConfig(**(config or {}))
     audit = None if run_dir is None else Path(run_dir) / "llm"
-    return RayLLMPool(cfg, audit) if use_ray else LocalLLMPool(cfg, audit)
+    server = None
+    if local_llm.uses_local_model(cfg):
+        server = local_llm.LocalLLMServer(log_path=None if audit is None else audit / "_server.log")
+        server.start()
+        cfg = local_llm.local_config(cfg, server)
+    elif cfg.resolved().model == local_llm.MODEL_ALIAS:  # the local model under `deltarl llm serve`
+        cfg = local_llm.local_config(cfg, None)
+    try:
+        pool = RayLLMPool(cfg, audit) if use_ray else LocalLLMPool(cfg, audit)
+    except BaseException:
+        if server is not None:
+            server.stop()
+        raise
+    pool.server = server
+    return pool
 
 
 def attach_llm(fuzzer, campaign, run_dir: Path, *, use_ray: bool | None = None):
@@ -185,9 +222,13 @@ def attach_llm(fuzzer, campaign, run_dir: Path, *, use_ray: bool | None = None):
         return None
     if use_ray is None:
         use_ray = isinstance(campaign.workers, int) and campaign.workers > 0
-    config = campaign.llm or LLMConfig()
-    pool = make_llm_pool(config, run_dir, use_ray=use_ray)
-    fuzzer.attach_llm(pool.generate, max_consecutive_failures=config.max_consecutive_failures)
+    pool = make_llm_pool(campaign.llm or LLMConfig(), run_dir, use_ray=use_ray)
+    try:
+        fuzzer.attach_llm(pool.generate, max_consecutive_failures=pool.config.max_consecutive_failures,
+                          structured=pool.config.response_format != "text", reasoning=pool.config.reasoning)
+    except BaseException:
+        pool.close()
+        raise
     return pool
 
 

@@ -86,9 +86,54 @@ def state_json(scenario, state: np.ndarray, digits: int = 6) -> str:
     return json.dumps({n: float(f"{float(v):.{digits}g}") for n, v in zip(scenario.state_names, state)})
 
 
+STEPS = (("scenario_analysis", "Scenario Analysis",
+          "describe the seed scenario's initial state and the relations between the entities."),
+         ("evolution_prediction", "Evolution Prediction", "predict how the scenario will evolve under the policy."),
+         ("challenge_analysis", "Challenge Analysis", "identify how the policy could be made to fail, and the idea to get there."),
+         ("plan", "Plan", "a step-by-step plan to modify the seed scenario."),
+         ("plan_execution", "Plan Execution", "carry out the plan value by value."),
+         ("explanation", "Explanation", "explain why the new scenario is more challenging and still valid."))
+STATE_KEY = "new_state"  # the state's key in a JSON reply with reasoning fields
+
+
+def state_schema(scenario) -> dict:
+    """JSON schema of a state: an object with every state name as a number, nothing else."""
+    names = list(scenario.state_names)
+    return {"type": "object", "properties": {n: {"type": "number"} for n in names}, "required": names,
+            "additionalProperties": False}
+
+
+def reply_schema(scenario, reasoning: bool = True) -> dict:
+    """JSON schema of a reply (for the server's ``response_format``): the state alone, or with
+    ``reasoning`` the six steps of the paper's output as strings, then ``new_state``."""
+    if not reasoning:
+        return state_schema(scenario)
+    props = {k: {"type": "string"} for k, _, _ in STEPS}
+    props[STATE_KEY] = state_schema(scenario)
+    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
+def _output_section(seed: str, output: str) -> str:
+    if output == "json":  # the JSON state alone (small models, schema-constrained)
+        return ("Reply with the new state only: one JSON object with exactly the same keys as the seed, "
+                f"each value a number, and nothing else:\n{seed}")
+    if output == "json_reasoning":
+        fields = "\n".join(f'- "{k}": {what}' for k, _, what in STEPS)
+        return (f"Reply with one JSON object and nothing else. Its keys, in this order, are your reasoning steps "
+                f"(short strings):\n{fields}\nand last \"{STATE_KEY}\": the new state as a JSON object with exactly "
+                f"the same keys as the seed, each value a number:\n{seed}")
+    steps = "\n".join(f"{i}. {title}: {what}" for i, (_, title, what) in enumerate(STEPS, 1))
+    return (f"Answer in these steps, each under its own heading:\n{steps}\nFinish with one last line holding the new "
+            f"state as a JSON object with exactly the same keys as the seed:\nNEW_STATE: {seed}")
+
+
 def build_messages(scenario, info: ScenarioInfo, seed_state: np.ndarray, seed_return: float | None,
-                   feedback: list[str], expert: list[str]) -> list[dict]:
-    """The chat messages for one generation request (Fig. 4's template)."""
+                   feedback: list[str], expert: list[str], output: str = "text") -> list[dict]:
+    """The chat messages for one generation request (Fig. 4's template). ``output``: ``text`` (the
+    paper's reasoning steps under headings, then ``NEW_STATE: {...}``), ``json_reasoning`` (the same
+    steps as the fields of one JSON object, :func:`reply_schema`) or ``json`` (the JSON state alone)."""
+    if output not in ("text", "json", "json_reasoning"):
+        raise ValueError(f"build_messages: output must be text, json or json_reasoning, got {output!r}")
     system = (f"You are a test scenario generator for {info.system_under_test}. Your task is to mutate the "
               f"initial state of a given scenario so that the policy under test fails, while the scenario stays "
               f"valid. You reason step by step and you always end with the new state in the requested format.")
@@ -122,15 +167,7 @@ def build_messages(scenario, info: ScenarioInfo, seed_state: np.ndarray, seed_re
 {ex}
 
 ## Output
-Answer in these steps, each under its own heading:
-1. Scenario Analysis: describe the seed scenario's initial state and the relations between the entities.
-2. Evolution Prediction: predict how the scenario will evolve under the policy.
-3. Challenge Analysis: identify how the policy could be made to fail, and the idea to get there.
-4. Plan: a step-by-step plan to modify the seed scenario.
-5. Plan Execution: carry out the plan value by value.
-6. Explanation: explain why the new scenario is more challenging and still valid.
-Finish with one last line holding the new state as a JSON object with exactly the same keys as the seed:
-NEW_STATE: {seed}"""
+{_output_section(seed, output)}"""
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
@@ -155,23 +192,78 @@ def _json_objects(text: str):
         i = end
 
 
+_STATE_KEYS = re.compile(r"^new[_ ]?state$", re.IGNORECASE)
+_FENCE = re.compile(r"```[a-zA-Z]*")
+_TRAILING_COMMA = re.compile(r",\s*([}\]])")
+
+
+def _repaired(text: str) -> str:
+    """Common near-JSON of small models made JSON: code fences, trailing commas, single quotes,
+    Python's True/False/None."""
+    t = _FENCE.sub("", text)
+    t = _TRAILING_COMMA.sub(r"\1", t)
+    if '"' not in t:
+        t = t.replace("'", '"')
+    return re.sub(r"\bTrue\b", "true", re.sub(r"\bFalse\b", "false", re.sub(r"\bNone\b", "null", t)))
+
+
+def _unwrap(obj, names: set, depth: int = 0):
+    """The state inside a reply object: the object itself when it has every state name, else the
+    value of a ``new_state`` / ``NEW_STATE`` key, else the last nested object with every name."""
+    if not isinstance(obj, dict) or depth > 4:
+        return None
+    if names <= set(obj) or names <= {str(k).lower() for k in obj}:
+        return obj
+    for k, v in obj.items():
+        if _STATE_KEYS.match(str(k)) and isinstance(v, dict):
+            return v
+    found = None
+    for v in obj.values():
+        found = _unwrap(v, names, depth + 1) or found
+    return found
+
+
+def _candidate(text: str, names: list[str]):
+    """The state object of a reply (or the best partial one, for the error message), or None."""
+    want = set(names)
+    marks = list(_NEW_STATE.finditer(text))
+    if marks:
+        after = list(_json_objects(text[marks[-1].end():]))[:1]
+        if after:
+            return _unwrap(after[0], want) or after[0]
+    objs = list(_json_objects(text))
+    full = [u for u in (_unwrap(o, want) for o in objs) if u is not None]
+    if full:
+        return full[-1]
+    # partial: the object sharing most names with the state (its error says what it lacked)
+    scored = [(len(want & set(o)), i, o) for i, o in enumerate(objs)]
+    scored = [t for t in scored if t[0] > 0]
+    return max(scored)[2] if scored else None
+
+
 def parse_reply(text: str, scenario) -> np.ndarray:
-    """The new state in ``text``: the JSON object after the last ``NEW_STATE:`` marker, else
-    the last JSON object in the reply with all the state's names. Validated against the
-    scenario (finite, inside the bounds); raises :class:`ReplyError` saying what was wrong."""
+    """The new state in ``text``, tolerantly: the JSON object after the last ``NEW_STATE:`` marker,
+    else the last JSON object in the reply that has all the state's names (at its top or under a
+    ``new_state`` key: the JSON replies of :func:`reply_schema`), also inside code fences or prose,
+    with trailing commas, single quotes or numbers written as strings. Validated against the
+    scenario (finite, inside the bounds); raises :class:`ReplyError` saying what was wrong (and
+    nothing else, whatever the reply holds)."""
     if not isinstance(text, str) or not text.strip():
         raise ReplyError("the reply was empty")
     names = list(scenario.state_names)
-    marks = list(_NEW_STATE.finditer(text))
-    candidates = []
-    if marks:
-        candidates = list(_json_objects(text[marks[-1].end():]))[:1]
-    if not candidates:
-        candidates = [o for o in _json_objects(text) if set(names) <= set(o)][-1:]
-    if not candidates:
+    obj = _candidate(text, names)
+    if obj is None or not (set(names) & set(obj)):
+        repaired = _repaired(text)
+        if repaired != text:
+            obj = _candidate(repaired, names) or obj
+    if obj is None:
         raise ReplyError("the reply had no machine-readable state: end with a line "
                          "'NEW_STATE: {...}' holding a JSON object with keys " + ", ".join(names))
-    obj = candidates[0]
+    if not set(names) <= set(obj):  # keys written in another case: "Theta" for theta
+        lower = {str(k).lower(): k for k in obj}
+        if set(n.lower() for n in names) <= set(lower) and len(lower) == len(obj):
+            obj = {n: obj[lower[n.lower()]] for n in names} | {k: v for k, v in obj.items()
+                                                               if str(k).lower() not in {n.lower() for n in names}}
     missing = [n for n in names if n not in obj]
     if missing:
         raise ReplyError(f"the new state lacked {', '.join(missing)}; give all {len(names)} values")
@@ -182,9 +274,17 @@ def parse_reply(text: str, scenario) -> np.ndarray:
     values = []
     for n in names:
         v = obj[n]
+        if isinstance(v, str):
+            try:
+                v = float(v.strip())
+            except ValueError:
+                raise ReplyError(f"'{n}' must be a number, got {obj[n]!r}") from None
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ReplyError(f"'{n}' must be a number, got {v!r}")
-        values.append(float(v))
+            raise ReplyError(f"'{n}' must be a number, got {str(v)[:40]!r}")
+        try:
+            values.append(float(v))
+        except OverflowError:
+            raise ReplyError(f"invalid scenario: '{n}' is too large ({str(v)[:20]}...)") from None
     from envs.base import InvalidStateError
 
     try:

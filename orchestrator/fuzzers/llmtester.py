@@ -37,6 +37,7 @@ from ``self.rng`` and snapshotted as for every fuzzer.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections import deque
 
@@ -49,14 +50,18 @@ from orchestrator.fuzzers.llm_prompt import (
     ScenarioInfo,
     build_messages,
     parse_reply,
+    reply_schema,
     state_json,
 )
 from orchestrator.fuzzers.mdpfuzz import MDPFuzz
 from workers.llm import LLMFatalError
 
+log = logging.getLogger("deltarl.llm")
+LOGGED_INVALID = 5  # invalid replies logged as warnings per fuzzer (the rest at debug level; all are counted)
+
 LLM_COUNTERS = ("llm_calls", "llm_ok", "llm_usable", "llm_failed", "llm_unparseable", "llm_invalid", "llm_excessive",
                 "llm_insufficient", "llm_fallbacks", "random_mutations", "llm_prompt_tokens",
-                "llm_completion_tokens", "alpha_updates")
+                "llm_completion_tokens", "alpha_updates", "llm_unchanged")
 
 
 class LLMNotAttachedError(RuntimeError):
@@ -98,15 +103,22 @@ class LLMTester(MDPFuzz):
         self.max_consecutive_failures: int | None = None  # llm.max_consecutive_failures (attach_llm)
         self._failed_in_a_row = 0  # LLM calls in a row that gave no usable scenario
         self._last_problem = ""
+        self.structured = False  # replies as JSON constrained by reply_schema (attach_llm)
+        self.reasoning = True
 
     # -- the LLM, attached by the campaign ------------------------------------------------------
-    def attach_llm(self, generate, max_consecutive_failures: int | None = None) -> None:
-        """``generate(requests) -> replies``: requests are dicts with ``request_id`` and
-        ``messages``; replies are ``LLMReply.to_dict()`` dicts in the same order. With
-        ``max_consecutive_failures`` = N, N calls in a row without a usable scenario (a failed
-        call, a reply without a valid state) stop the campaign with :class:`LLMFatalError`."""
+    def attach_llm(self, generate, max_consecutive_failures: int | None = None, structured: bool = False,
+                   reasoning: bool = True) -> None:
+        """``generate(requests) -> replies``: requests are dicts with ``request_id``, ``messages``
+        and (``structured``) ``schema``; replies are ``LLMReply.to_dict()`` dicts in the same order.
+        ``structured``: the prompt asks for a JSON reply and the request carries its schema
+        (``llm_prompt.reply_schema``, with the reasoning steps as fields when ``reasoning``); else the
+        paper's text format. With ``max_consecutive_failures`` = N, N calls in a row without a usable
+        scenario (a failed call, a reply without a valid state) stop the campaign with :class:`LLMFatalError`."""
         self._generate = generate
         self.max_consecutive_failures = max_consecutive_failures
+        self.structured = bool(structured)
+        self.reasoning = bool(reasoning)
 
     # -- Algorithm 1: multi-scale generation ----------------------------------------------------
     def high_potential(self, returns: np.ndarray) -> np.ndarray:
@@ -142,17 +154,22 @@ class LLMTester(MDPFuzz):
                 raise LLMNotAttachedError("llmtester needs an LLM: the campaign attaches one from its `llm:` section "
                                           "(base_url, model); in code call fuzzer.attach_llm(generate)")
             feedback = list(self._bad)
+            output = ("json_reasoning" if self.reasoning else "json") if self.structured else "text"
+            schema = reply_schema(self.scenario, self.reasoning) if self.structured else None
             requests = [{"request_id": f"g{self._gen}-r{j}-seed{int(ids[i])}",
                          "messages": build_messages(self.scenario, self.info, parent_states[i], float(returns[i]),
-                                                    feedback, self.expert)} for j, i in enumerate(llm_rows)]
+                                                    feedback, self.expert, output=output)} for j, i in enumerate(llm_rows)]
+            if schema is not None:
+                for r in requests:
+                    r["schema"] = schema
             replies = self._generate(requests)
             if len(replies) != len(requests):
                 raise RuntimeError(f"llmtester: asked {len(requests)} generations, got {len(replies)} replies")
             self._counters["llm_calls"] += len(requests)
-            for i, reply in zip(llm_rows, replies):
+            for i, req, reply in zip(llm_rows, requests, replies):
                 self._counters["llm_prompt_tokens"] += int(reply.get("prompt_tokens") or 0)
                 self._counters["llm_completion_tokens"] += int(reply.get("completion_tokens") or 0)
-                state = self._accept_reply(reply, parent_states[i])
+                state = self._accept_reply(reply, parent_states[i], req["request_id"])
                 if state is None:
                     self._counters["llm_fallbacks"] += 1
                     out[i], ops[i] = randomized[i], "llm_fallback"
@@ -173,8 +190,8 @@ class LLMTester(MDPFuzz):
         self._gen += 1
         return out, list(ops)
 
-    def _accept_reply(self, reply: dict, seed_state: np.ndarray):
-        """The reply's state, or None (the bad case is recorded as feedback)."""
+    def _accept_reply(self, reply: dict, seed_state: np.ndarray, request_id: str = ""):
+        """The reply's state, or None (the bad case is recorded as feedback, counted and logged)."""
         if not reply.get("ok"):
             self._counters["llm_failed"] += 1
             self._last_problem = f"the call failed: {reply.get('error') or 'no reply'}"
@@ -182,14 +199,24 @@ class LLMTester(MDPFuzz):
         self._counters["llm_ok"] += 1
         try:
             state = parse_reply(reply.get("text", ""), self.scenario)
-        except ReplyError as exc:
+        except Exception as exc:  # ReplyError, or anything a strange reply provokes: never a crash
+            if not isinstance(exc, ReplyError):
+                exc = ReplyError(f"the reply could not be read ({type(exc).__name__}: {str(exc)[:100]})")
             key = "llm_invalid" if str(exc).startswith("invalid scenario") else "llm_unparseable"
             self._counters[key] += 1
             self._last_problem = f"an unusable reply: {exc}"
             self._bad.append(f"Invalidity: for seed {state_json(self.scenario, seed_state)} your reply was "
                              f"unusable: {exc}.")
+            n = self._counters["llm_invalid"] + self._counters["llm_unparseable"]
+            log.log(logging.WARNING if n <= LOGGED_INVALID else logging.DEBUG,
+                    "llmtester: invalid LLM reply %s (%s, %d so far%s): %s; reply: %r", request_id or "?", key, n,
+                    "; the next ones at debug level" if n == LOGGED_INVALID else "", exc,
+                    str(reply.get("text", ""))[:160])
             return None
         moved = float(self._delta_norm(state, seed_state)[0])
+        width = np.asarray(self.scenario.high, dtype=np.float64) - np.asarray(self.scenario.low, dtype=np.float64)
+        if np.all(np.abs(state - np.asarray(seed_state, dtype=np.float64)) <= 1e-5 * width + 1e-12):
+            self._counters["llm_unchanged"] += 1  # valid, but the seed itself (as printed: small models copy it)
         if moved > self.t_s:
             self._counters["llm_excessive"] += 1
             self._bad.append(f"Excessive modification: from seed {state_json(self.scenario, seed_state)} you "

@@ -7,7 +7,9 @@ The paper's Algorithm 1, as deltarl runs it in generations (``n = 1`` is the ser
 
 *Sampling phase.* Every seed ``s`` comes from ``scenario.sample``; a perturbed *twin*
 ``s + δ`` (``scenario.mutate`` with ``twin_scale``, by default the mutation's scale) is run
-too, and the seed's sensitivity is ``|R(s) − R(s + δ)|``. The seed's trajectory gets its
+too, and the seed's sensitivity is the paper's Eq. 1, ``|R(s) − R(s + δ)| / ‖δ‖₂`` (‖δ‖ in
+units of the bounds' widths; ``sensitivity_norm=False`` drops the divisor, as the authors'
+ACAS Xu code does). The seed's trajectory gets its
 density under the GMMs (below). The seed enters the corpus with energy = sensitivity
 (selection probability ∝ sensitivity).
 
@@ -317,7 +319,7 @@ class MDPFuzz(Fuzzer):
 
     def __init__(self, scenario, seed: int = 0, *, gmm_k: int = 10, tau: float = 0.01, gamma: float = 0.01,
                  mutation_scale: float | None = None, twin_scale: float | None = None,
-                 mutant_sensitivity: str = "twin", sensitivity_norm: bool = False,
+                 mutant_sensitivity: str = "twin", sensitivity_norm: bool = True,
                  budget_per_seed: int | None = None, drop_parent_on_failure: bool = False,
                  replace_parent: bool = False, keep_failing_seeds: bool = True, cov_floor: float = 1e-3,
                  init_cov: float = 1.0, pdf_floor: float = 0.0, ratio_cap: bool = False, **params):
