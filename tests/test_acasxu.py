@@ -141,7 +141,7 @@ def test_dnn_avoids_collisions_that_coc_does_not(scenario, dnn):
     # a never-manoeuvring ownship collides in ~3.5% of the encounters (the construction)
     assert len(states) >= 100
     _, _, dnn_term, dnn_actions = _run(scenario, dnn, states)
-    # the DNN turns away from most of them (measured: 18 of 154) -- require a 4x reduction
+    # the DNN turns away from most of them (measured: 22 of 152 still collide) -- require a 4x reduction
     assert dnn_term.sum() <= len(states) // 4
     assert (dnn_actions != 0).any(axis=1).mean() > 0.5  # it manoeuvres
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from envs import InvalidStateError, get_scenario
+from envs import InvalidStateError, ScenarioError, get_scenario
 from envs.bipedal import PIT, STAIRS, STUMP, _env_class
 
 TS = 14 / 30.0  # gymnasium's TERRAIN_STEP
@@ -180,8 +180,6 @@ def test_mutation_stays_on_the_kinds(scenario):
 
 
 def test_mutation_variants():
-    from envs import get_scenario
-
     rng = np.random.default_rng(4)
     either = get_scenario("BipedalWalker", mutation_operator="either")
     u = either.sample(rng, 2000)
