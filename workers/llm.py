@@ -17,6 +17,9 @@ Any server that speaks ``POST {base_url}/chat/completions`` works: OpenAI, vLLM,
   honoured); 400/401/403/404 are configuration errors and raise :class:`LLMFatalError`
   (naming the setting to fix) because retrying cannot help. Anything else that goes wrong
   comes back as an :class:`LLMReply` with ``ok = False`` and the reason, never as a crash.
+* Replies constrained to JSON by a schema where the server supports it (``response_format``:
+  OpenAI's ``json_schema``, llama.cpp's ``json_object`` + ``schema``; ``auto`` steps down to the
+  form the server takes, then to plain text). No endpoint at all: ``workers.local_llm`` runs one.
 
 Nothing here imports Ray: the Ray actors are these classes wrapped by ``orchestrator.cluster.llm_pool``.
 """

@@ -12,10 +12,12 @@ A prompt has the paper's four parts:
   the testing feedback F (recent bad cases) and the expert experience E.
 * **Output**: the chain of thought the paper asks for — scenario analysis, evolution
   prediction, challenge analysis, plan, plan execution, explanation — ending in one
-  machine-readable line ``NEW_STATE: {"name": value, ...}``.
+  machine-readable line ``NEW_STATE: {"name": value, ...}``; or, when the server constrains the
+  reply to JSON (:func:`reply_schema`), the same steps as string fields and ``new_state``, or the
+  JSON state alone (small models).
 
-:func:`parse_reply` extracts and validates that state; a :class:`ReplyError` says what was
-wrong in words that go back into later prompts as feedback.
+:func:`parse_reply` extracts and validates that state, tolerantly (fences, prose, near-JSON); a
+:class:`ReplyError` says what was wrong in words that go back into later prompts as feedback.
 """
 
 from __future__ import annotations
