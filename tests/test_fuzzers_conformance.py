@@ -9,6 +9,11 @@ AUT's part, Delta both):
   continuation (what campaign snapshots and ``deltarl run --resume`` rely on);
 - unknown parameters are refused.
 
+Each check runs in both execution modes of a campaign: ``sync`` (generations with a barrier)
+and ``async`` (steady state: several smaller proposals in flight at once, observed in another
+order than proposed, new proposals made between observations; the campaign loop itself in async
+mode is tested in test_async_execution.py).
+
 LLM-guided fuzzers get a real local OpenAI-compatible server (tests/llm_server.py) whose replies
 are a function of the prompt, so their campaigns are reproducible too.
 """
@@ -50,8 +55,10 @@ AUTS = {"CartPole-v1": "python:workers.examples:cartpole_balancer",
         "MountainCar-v0": "python:workers.examples:mountaincar_energy"}
 
 
-def campaign(fuzzer, scenario, policy, generations, n, start=0):
+def campaign(fuzzer, scenario, policy, generations, n, start=0, mode="sync"):
     """Run ``generations`` generations; returns the proposals' states."""
+    if mode == "async":
+        return async_campaign(fuzzer, scenario, policy, generations, n, start)
     seen = []
     for g in range(start, start + generations):
         if g == 2:
@@ -64,12 +71,43 @@ def campaign(fuzzer, scenario, policy, generations, n, start=0):
     return seen
 
 
+def async_campaign(fuzzer, scenario, policy, generations, n, start=0, window=3):
+    """As an async campaign drives a fuzzer: units of n/2 proposals, ``window`` of them in flight,
+    each observed when it "finishes" (a fixed shuffle stands for the actors' timing) and the
+    freed slot refilled at once from the corpus as it stands; fuzzing starts once every sampling
+    result is in. Everything proposed is observed before returning."""
+    unit = max(1, n // 2)
+    total, switch = generations * n, (2 - start) * n  # proposals in all; proposals before the fuzzing phase
+    finish = np.random.default_rng(1000 + start)  # which unit in flight finishes first
+    seen, flying, issued, uid = [], [], 0, 2 * start
+    while issued < total or flying:
+        while issued < total and len(flying) < window:
+            if fuzzer.phase == "sampling" and issued == switch:
+                if flying:
+                    break  # the sampling barrier
+                fuzzer.start_phase("fuzzing")
+            k = min(unit, total - issued, switch - issued if issued < switch else unit)
+            p = fuzzer.propose(k)
+            assert p.states.shape == (k, scenario.state_dim)
+            seen.append(p.states.copy())
+            flying.append((uid, p))
+            uid, issued = uid + 1, issued + k
+        g, p = flying.pop(int(finish.integers(len(flying))))
+        res = rollout(scenario, policy, p.states, seed=g, max_steps=150)
+        fuzzer.observe(p, Feedback.from_differential(res, len(p)))
+    return seen
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("scenario_name", list(AUTS))
 @pytest.mark.parametrize("name", FUZZERS)
-def test_fuzzer_conformance(name, scenario_name, make):
+def test_fuzzer_conformance(name, scenario_name, mode, make):
     sc = get_scenario(scenario_name)
     pol = {"aut": load_policy(AUTS[scenario_name], sc), "challenger": load_policy("random:1", sc)}
     n = 8
+
+    def campaign(*a, **k):
+        return globals()["campaign"](*a, **k, mode=mode)
 
     a = make(name, sc, seed=3)
     states_a = campaign(a, sc, pol, 4, n)

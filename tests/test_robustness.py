@@ -867,7 +867,8 @@ def _cases() -> list[tuple[str, str, list]]:
     camp("NaN delta", _edit(append=OPT + "  delta: .nan\n"))
     camp("alpha 1", _edit(append=OPT + "  alpha: 1\n"))
     camp("repeats 0", _edit(append=OPT + "  repeats: 0\n"))
-    camp("llmtester without an endpoint", _edit(("fuzzer: random", "fuzzer: llmtester")))
+    # no endpoint: the local model runs; here it is not installed ($DELTARL_LOCAL_LLM_MODEL names no file)
+    camp("llmtester, no endpoint and no local model", _edit(("fuzzer: random", "fuzzer: llmtester")))
     camp("llm base_url without scheme", _edit(append="llm: {base_url: 127.0.0.1:9/v1, model: m}\n"))
     camp("llm api_key_env holding a key", _edit(append="llm: {base_url: 'http://127.0.0.1:9/v1', model: m, "
                                                 "api_key_env: 'sk-abc.def'}\n"))
@@ -990,6 +991,7 @@ def test_bad_input_table_is_generated_and_current(tmp_path, capsys, monkeypatch)
     and the message. Fails (after rewriting the file) when the committed table differs."""
     monkeypatch.setenv("DELTARL_LLM_BASE_URL", "")
     monkeypatch.setenv("DELTARL_LLM_MODEL", "")
+    monkeypatch.setenv("DELTARL_LOCAL_LLM_MODEL", str(tmp_path / "no-model.gguf"))
     monkeypatch.chdir(tmp_path)
     _setup(tmp_path)
     capsys.readouterr()

@@ -13,6 +13,9 @@
       budget: {episodes: 2000}     # or {seconds: 600}
       sampling_fraction: 0.25      # share of the budget that builds the initial corpus
       generation_size: 64          # proposals per generation (1 = the serial algorithm)
+      execution: sync              # sync (default: generations with a barrier, reproducible) | async
+                                   # (steady state: each rollout actor gets a new proposal as soon as it
+                                   # is free; the order results were applied is recorded for replay)
     challenger:                    # optional: offline RL on the safety phase's record D
       algos: [bcq]                 # any of bc, bcq, cql
       preset: null                 # null = the scenario's preset in experiments/challengers/
@@ -69,7 +72,10 @@ from orchestrator.fuzzers import FUZZERS, fuzzer_class
 from workers.llm import LLMConfig, LLMConfigError
 from workers.yamlfile import load_yaml
 
-MAX_SEED = 2**31 - 1  # seeds are 0 .. 2^31 - 1 (numpy refuses negative ones)
+MAX_SEED = 2**31 - 1
+# how a fuzzing phase runs its rollouts (orchestrator.campaign.generations): generations with a
+# barrier (sync, the reproducible default) or steady state (async, docs/scaling.md)
+EXECUTION_MODES = ("sync", "async")  # seeds are 0 .. 2^31 - 1 (numpy refuses negative ones)
 
 
 class CampaignError(ValueError):
@@ -89,6 +95,7 @@ class SafetySpec:
     budget: Budget = field(default_factory=lambda: Budget(episodes=1000))
     sampling_fraction: float = 0.25
     generation_size: int = 64
+    execution: str = "sync"  # "sync" | "async" (EXECUTION_MODES)
 
 
 @dataclass
@@ -111,6 +118,7 @@ class OptimalitySpec:
     budget: Budget = field(default_factory=lambda: Budget(episodes=1000))
     sampling_fraction: float = 0.25
     generation_size: int | None = None  # None: the fuzzer's default_generation_size (delta 8, others 64)
+    execution: str = "sync"  # "sync" | "async" (EXECUTION_MODES)
 
     def __post_init__(self):
         if self.generation_size is None and str(self.fuzzer).lower() in FUZZERS:
@@ -347,6 +355,10 @@ def _validate_search(spec, where: str) -> None:
         raise CampaignError(f"{where}.sampling_fraction must be between 0 and 1 (exclusive), got {spec.sampling_fraction}")
     if spec.generation_size < 1:
         raise CampaignError(f"{where}.generation_size must be >= 1, got {spec.generation_size}")
+    if spec.execution not in EXECUTION_MODES:
+        raise CampaignError(f"{where}.execution must be one of {', '.join(EXECUTION_MODES)} (sync: generations with "
+                            f"a barrier, the reproducible default; async: steady state, every rollout actor kept "
+                            f"busy), got {spec.execution!r}")
 
 
 def set_values(d: dict) -> dict:

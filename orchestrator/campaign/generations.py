@@ -21,6 +21,21 @@ reaches exactly the result of an uninterrupted one with the same seed. A damaged
 snapshot falls back to the previous one (two are kept), with a message.
 The sampling phase spends ``sampling_fraction`` of the budget (episodes or seconds) on the
 initial corpus.
+
+``execution: async`` (per phase; the default ``sync`` is the loop above) removes the barrier:
+the loop keeps ``executor.window`` units in flight (two per rollout actor), each unit a small
+generation of ``executor.unit_size(generation_size)`` proposals with its own number and seed;
+whenever a unit finishes (whichever first), its result is judged, observed and recorded at
+once and the freed slot gets a new proposal from the corpus as it now stands. The budget is
+honoured exactly (units are cut to what is left), the Parquet record is the same
+(``iteration`` = the unit's number; the rows of the units applied between two snapshots are
+written as one part when the snapshot is taken: ``RunStore.hold``); the one barrier left is the end of the sampling
+phase (no fuzzing proposal before every sampling result is in). Which unit finished first is
+the only nondeterminism, so the loop records the order it applied them
+(:meth:`RunFolder.applied_order_parquet`) and ``replay=`` runs a campaign in a recorded order:
+with an episode budget it gives the same proposals and verdicts. Snapshots (every
+``generation_size`` results) also hold the units in flight; a resumed run submits them again
+first. In-process (``workers: 0``) the same loop runs the units in submission order.
 """
 
 from __future__ import annotations
@@ -39,6 +54,7 @@ from orchestrator.campaign.config import set_values
 from orchestrator.cluster.driver import CampaignMetrics
 from orchestrator.cluster.executor import Executor, resolve_workers
 from orchestrator.cluster.llm_pool import attach_llm, llm_metrics
+from orchestrator.fuzzers.base import Proposal
 from orchestrator.runs import tracking
 from orchestrator.runs.files import damaged_error, damaged_parts
 from orchestrator.runs.layout import SNAPSHOT_PREFIX, RunFolder
@@ -64,6 +80,11 @@ class LoopState:
     phase: str = "sampling"
     rollout_seconds: float = 0.0  # wall time spent waiting for rollouts (the rest is overhead)
     timeline: list = field(default_factory=list)  # one row per generation
+    # execution: async (empty in sync runs)
+    in_flight: list = field(default_factory=list)  # units issued but not applied (a resume submits them again)
+    applied: list = field(default_factory=list)  # one row per applied unit, in the order applied
+    window: int = 0  # units kept in flight (fixed at the phase's start: a replay needs the same)
+    unit_size: int = 0  # proposals per unit (fixed at the phase's start, likewise)
 
 
 class Phase(abc.ABC):
@@ -261,18 +282,30 @@ def plan_executor(phase: Phase, st: LoopState) -> tuple[int, str]:
     return resolve_workers(phase.campaign.workers, episodes=episodes, seconds=seconds)
 
 
-def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bool = True) -> dict:
-    """Run ``phase`` from ``st`` until its budget is spent; write its summary and return it."""
+def execution_mode(spec) -> str:
+    return getattr(spec, "execution", "sync") or "sync"
+
+
+def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bool = True,
+              executor: Executor | None = None, replay: dict | None = None) -> dict:
+    """Run ``phase`` from ``st`` until its budget is spent; write its summary and return it.
+    ``executor``: one the caller owns (left open; benchmarks reuse one across runs).
+    ``replay`` (async only, :func:`applied_order`): apply the units in that recorded order."""
     campaign, spec, fuzzer = phase.campaign, phase.spec, phase.fuzzer
     fuzzer.start_phase(st.phase)
     mlrun = phase.mlflow_run(resume)
     llm_pool = None
+    own = executor is None
     try:
-        workers, why = plan_executor(phase, st)
+        if own:
+            workers, why = plan_executor(phase, st)
+        else:
+            workers, why = executor.workers, executor.reason or "the caller's executor"
         llm_pool = attach_llm(fuzzer, campaign, phase.run.root, use_ray=workers > 0)  # LLM-guided fuzzers only
-        executor = Executor(phase.scenario, phase.uris, workers=workers, batch_size=campaign.batch_size,
-                            scenario_overrides=campaign.scenario_overrides, policies=phase.policies, reason=why,
-                            name=f"{campaign.name}/{phase.name}")
+        if own:
+            executor = Executor(phase.scenario, phase.uris, workers=workers, batch_size=campaign.batch_size,
+                                scenario_overrides=campaign.scenario_overrides, policies=phase.policies, reason=why,
+                                name=f"{campaign.name}/{phase.name}")
     except BaseException:
         if llm_pool is not None:
             llm_pool.close()
@@ -281,31 +314,60 @@ def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bo
         raise
     phase.policy_hashes = executor.policy_hashes
     phase.executor_info = executor.describe()
+    mode = execution_mode(spec)
+    if replay is not None and mode != "async":
+        raise ValueError("replay: only an async phase has an applied order to follow")
+    if mode == "async":
+        if not st.window:
+            st.window = int(replay["window"]) if replay is not None else executor.window
+            st.unit_size = int(replay["unit_size"]) if replay is not None else executor.unit_size(spec.generation_size)
+        phase.executor_info.update(execution="async", window=st.window, unit_size=st.unit_size)
     ray_metrics = CampaignMetrics(campaign.name, phase.name)
     budget_n, budget_s = spec.budget.episodes, spec.budget.seconds
     desc = f"{'' if phase.name == 'safety' else phase.name + ' '}{spec.fuzzer} {phase.scenario.name}"
     bar = tqdm(total=budget_n or budget_s, initial=st.done if budget_n else st.elapsed,
                unit=phase.unit if budget_n else "s", desc=desc, disable=not progress)
     t_start = time.perf_counter() - st.elapsed
-    try:
-        while (n := next_generation_size(spec, st.done, st, fuzzer)) is not None:
-            row = _one_generation(phase, st, n, executor, t_start)
-            phase.commit(st)
-            snapshot(phase.run, phase.name, fuzzer, st)
-            if mlrun:
-                mlrun.log_metrics(mlflow_metrics({k: v for k, v in row.items() if k not in ("generation", "phase")}),
-                                  step=st.done)
-            done = f"{st.done}/{budget_n} {phase.count_name}" if budget_n else f"{st.elapsed:.0f}/{budget_s:g} s"
-            ray_metrics.update(episodes=phase.episodes_run(n), progress=done, **phase.gauges(row))
+
+    unreported = [0]  # async: episodes applied since the last report
+
+    def after(row: dict, n: int, save: bool = True) -> None:
+        """What follows each applied generation (async: each unit; ``save``: commit, snapshot and
+        the reports to MLflow and Ray, which an async phase makes at its snapshots only)."""
+        unreported[0] += n
+        row_n = n
+        if not save:
             bar.update(n if budget_n else st.elapsed - bar.n)
-            bar.set_postfix(**phase.postfix(row), phase=st.phase)
+            return
+        n, unreported[0] = unreported[0], 0
+        if mode == "async":
+            phase.store.flush()  # the units applied since the last snapshot, as one part
+            _write_applied_order(phase, st)
+        phase.commit(st)
+        snapshot(phase.run, phase.name, fuzzer, st)
+        if mlrun:
+            mlrun.log_metrics(mlflow_metrics({k: v for k, v in row.items() if k not in ("generation", "phase")}),
+                              step=st.done)
+        done = f"{st.done}/{budget_n} {phase.count_name}" if budget_n else f"{st.elapsed:.0f}/{budget_s:g} s"
+        ray_metrics.update(episodes=phase.episodes_run(n), progress=done, **phase.gauges(row))
+        bar.update(row_n if budget_n else st.elapsed - bar.n)
+        bar.set_postfix(**phase.postfix(row), phase=st.phase)
+
+    try:
+        if mode == "async":
+            phase.store.hold()
+            _run_async(phase, st, executor, t_start, after, replay)
+        else:
+            while (n := next_generation_size(spec, st.done, st, fuzzer)) is not None:
+                after(_one_generation(phase, st, n, executor, t_start), n)
     except BaseException:
         if mlrun:
             mlrun.end("FAILED")
         raise
     finally:
         bar.close()
-        executor.close()
+        if own:
+            executor.close()
         if llm_pool is not None:
             llm_pool.close()
     summary = _with_llm_figures(phase, phase.summarize(st))
@@ -339,20 +401,137 @@ def _with_llm_figures(phase: Phase, summary: dict) -> dict:
 
 
 def _one_generation(phase: Phase, st: LoopState, n: int, executor: Executor, t_start: float) -> dict:
+    unit = _propose_unit(phase, st, n)
+    t_roll = time.perf_counter()
+    result = executor.run(unit["states"], seed=unit["gen_seed"], repeats=phase.repeats)
+    st.rollout_seconds += time.perf_counter() - t_roll
+    row = _apply(phase, st, unit, result, t_start)
+    st.generation += 1
+    return row
+
+
+def _propose_unit(phase: Phase, st: LoopState, n: int) -> dict:
+    """The fuzzer's next ``n`` proposals as a unit numbered ``st.generation`` (its seed follows)."""
     proposal = phase.fuzzer.propose(n)
     states = phase.scenario.validate(proposal.states)
-    gen_seed = generation_seed(phase.campaign.seed, phase.name, st.generation)
-    t_roll = time.perf_counter()
-    result = executor.run(states, seed=gen_seed, repeats=phase.repeats)
-    st.rollout_seconds += time.perf_counter() - t_roll
-    phase.fuzzer.observe(proposal, phase.judge(states, result, gen_seed))
-    st.elapsed = time.perf_counter() - t_start
-    metrics = phase.record(st, states, result, gen_seed)
+    # the proposal as plain arrays (snapshots hold units in flight; dataclasses.asdict would flatten a Proposal)
+    return {"generation": st.generation, "proposed": proposal.states, "tags": dict(proposal.tags),
+            "states": states, "n": n, "phase": st.phase,
+            "gen_seed": generation_seed(phase.campaign.seed, phase.name, st.generation)}
+
+
+def _apply(phase: Phase, st: LoopState, unit: dict, result, t_start: float) -> dict:
+    """Judge, observe and record one unit's result; its timeline row. ``st.generation`` reads as
+    the unit's number while the phase records it (async units finish out of order)."""
+    issued, st.generation = st.generation, unit["generation"]
+    try:
+        gen_seed, states = unit["gen_seed"], unit["states"]
+        proposal = Proposal(unit["proposed"], dict(unit["tags"]))
+        phase.fuzzer.observe(proposal, phase.judge(states, result, gen_seed))
+        st.elapsed = time.perf_counter() - t_start
+        metrics = phase.record(st, states, result, gen_seed)
+    finally:
+        st.generation = issued
+    n = unit["n"]
     st.done += n
     if st.phase == "sampling":
         st.sampling_done += n
-    row = {"generation": st.generation, "phase": st.phase, phase.count_name: st.done, "wall_time": st.elapsed,
+    row = {"generation": unit["generation"], "phase": st.phase, phase.count_name: st.done, "wall_time": st.elapsed,
            **metrics, **llm_metrics(phase.fuzzer)}
     st.timeline.append(row)
-    st.generation += 1
     return row
+
+
+# -- execution: async ----------------------------------------------------------------------------
+def next_unit_size(spec, st: LoopState, issued: int, flying: int, fuzzer, unit: int) -> int | None:
+    """The size of the next async unit after ``issued`` proposals (``flying`` of them units not
+    yet applied): None once the budget is spent (no more proposals), 0 to wait (the sampling
+    share is all issued but not all applied: fuzzing proposals need the whole initial corpus).
+    Moves ``st`` and the fuzzer to the fuzzing phase when the last sampling result is in."""
+    b = spec.budget
+    left = None if b.episodes is None else b.episodes - issued
+    if (left is not None and left <= 0) or (b.seconds is not None and st.elapsed >= b.seconds):
+        return None
+    sampling_n = int(round(spec.sampling_fraction * b.episodes)) if b.episodes else None
+    sampling_s = spec.sampling_fraction * b.seconds if b.seconds else None
+    if st.phase == "sampling" and ((sampling_n is not None and issued >= sampling_n)
+                                   or (sampling_s is not None and st.elapsed >= sampling_s)):
+        if flying:
+            return 0
+        st.phase = "fuzzing"
+        fuzzer.start_phase("fuzzing")
+    n = unit
+    if st.phase == "sampling" and sampling_n is not None:
+        n = min(n, sampling_n - issued)
+    return n if left is None else min(n, left)
+
+
+def _run_async(phase: Phase, st: LoopState, executor: Executor, t_start: float, after, replay: dict | None) -> None:
+    """The steady-state loop (``execution: async``): see the module's docstring."""
+    spec, fuzzer = phase.spec, phase.fuzzer
+    unit = st.unit_size
+    order = None if replay is None else list(replay["order"])
+    flying: dict = {}
+    for u in st.in_flight:  # a resumed run: the units issued before the snapshot run again
+        executor.submit(u["generation"], u["states"], seed=u["gen_seed"], repeats=phase.repeats)
+        flying[u["generation"]] = u
+    issued = st.done + sum(u["n"] for u in flying.values())
+
+    def fill() -> None:
+        nonlocal issued
+        while len(flying) < st.window:
+            n = next_unit_size(spec, st, issued, len(flying), fuzzer, unit)
+            if not n:
+                break
+            u = _propose_unit(phase, st, n)
+            st.generation += 1
+            executor.submit(u["generation"], u["states"], seed=u["gen_seed"], repeats=phase.repeats)
+            flying[u["generation"]] = u
+            issued += n
+        st.in_flight = list(flying.values())
+
+    fill()
+    while flying:
+        key = None
+        if order is not None:
+            if len(st.applied) >= len(order) or order[len(st.applied)] not in flying:
+                raise StoreError(f"replay: the recorded order has unit {order[len(st.applied)] if len(st.applied) < len(order) else 'none'} "
+                                 f"next ({len(st.applied)} applied), but the units in flight are {sorted(flying)}: "
+                                 f"the replayed campaign differs from the recorded one (budget, window, seed)")
+            key = order[len(st.applied)]
+        t_roll = time.perf_counter()
+        g, result = executor.next_result(key)
+        st.rollout_seconds += time.perf_counter() - t_roll
+        u = flying.pop(g)
+        row = _apply(phase, st, u, result, t_start)
+        st.applied.append({"applied": len(st.applied), "generation": int(g), "gen_seed": int(u["gen_seed"]),
+                           phase.count_name: int(u["n"]), "phase": u["phase"], "window": int(st.window),
+                           "unit_size": int(st.unit_size),
+                           "wall_time": float(st.elapsed)})
+        fill()
+        g_size = max(1, int(spec.generation_size))
+        save = not flying or st.done // g_size > (st.done - u["n"]) // g_size
+        after(row, u["n"], save=save)
+
+
+def _write_applied_order(phase: Phase, st: LoopState) -> None:
+    import pandas as pd
+    import pyarrow as pa
+
+    phase.run.write_table(phase.run.applied_order_parquet(phase.name),
+                          pa.Table.from_pandas(pd.DataFrame(st.applied), preserve_index=False))
+
+
+def applied_order(run_dir, phase: str = "safety") -> dict:
+    """The recorded order of an async phase in ``run_dir``: ``{"order": [unit numbers], "window",
+    "unit_size"}`` (what ``run_phase(..., replay=)`` follows)."""
+    import pyarrow.parquet as pq
+
+    path = RunFolder(run_dir).applied_order_parquet(phase)
+    if not path.is_file():
+        raise StoreError(f"{path} does not exist: only a phase run with execution: async records its applied order")
+    t = pq.read_table(path).to_pydict()
+    window, unit = set(t["window"]), set(t["unit_size"])
+    if len(window) != 1 or len(unit) != 1:
+        raise StoreError(f"{path}: the window or unit size changed within the run ({sorted(window)}, {sorted(unit)})")
+    return {"order": [int(g) for g in t["generation"]], "window": int(window.pop()), "unit_size": int(unit.pop())}

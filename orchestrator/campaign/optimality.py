@@ -195,8 +195,10 @@ class OptimalityPhase(Phase):
         return summary
 
 
-def run_optimality(campaign, *, resume: bool = False, progress: bool = True, scenario=None) -> dict:
-    """Run (or resume) the optimality phase of ``campaign``; returns its summary."""
+def run_optimality(campaign, *, resume: bool = False, progress: bool = True, scenario=None,
+                   replay: dict | None = None) -> dict:
+    """Run (or resume) the optimality phase of ``campaign``; returns its summary. ``replay``: as
+    :func:`~orchestrator.campaign.safety.run_safety`'s."""
     spec = campaign.optimality
     scenario = scenario if scenario is not None else campaign.build_scenario()
     run = RunFolder(campaign.output)
@@ -217,6 +219,6 @@ def run_optimality(campaign, *, resume: bool = False, progress: bool = True, sce
         st = OptimalityState()
     phase = OptimalityPhase(campaign, spec, scenario, run, store, fuzzer, {"aut": campaign.aut, "challenger": ca_uri},
                             policies, oracle=oracle, ca_uri=ca_uri)
-    return run_phase(phase, st, resume=resume, progress=progress)
+    return run_phase(phase, st, resume=resume, progress=progress, replay=replay)
 
 

@@ -114,9 +114,13 @@ class SafetyPhase(Phase):
         return summary
 
 
-def run_safety(campaign, *, resume: bool = False, progress: bool = True, scenario=None) -> dict:
+def run_safety(campaign, *, resume: bool = False, progress: bool = True, scenario=None, replay: dict | None = None,
+               executor=None) -> dict:
     """Run (or resume) the safety phase of ``campaign``; returns the summary. ``scenario``: the
-    campaign's scenario when the caller already built it (validation returns it)."""
+    campaign's scenario when the caller already built it (validation returns it). ``replay``
+    (``execution: async``): apply results in a recorded order
+    (:func:`~orchestrator.campaign.generations.applied_order` of an earlier run). ``executor``:
+    one the caller owns and closes."""
     scenario = scenario if scenario is not None else campaign.build_scenario()
     spec = campaign.safety
     run = RunFolder(campaign.output)
@@ -131,4 +135,4 @@ def run_safety(campaign, *, resume: bool = False, progress: bool = True, scenari
         run.write_campaign(campaign)
     phase = SafetyPhase(campaign, spec, scenario, run, store, fuzzer, {"aut": campaign.aut}, {"aut": aut})
     st = restore(run, "safety", fuzzer, SafetyState) if resume else SafetyState()
-    return run_phase(phase, st, resume=resume, progress=progress)
+    return run_phase(phase, st, resume=resume, progress=progress, replay=replay, executor=executor)

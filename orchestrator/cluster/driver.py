@@ -319,17 +319,19 @@ def dashboard_text() -> str:
 
 
 def rollout_actor_class(num_gpus: float = 0.0, num_cpus: float = 1.0, max_restarts: int = 3,
-                        max_task_retries: int = 3):
+                        max_task_retries: int = 3, worker_cls=None):
     """The Ray actor wrapping :class:`~workers.rollout.RolloutWorker`.
 
     A dead actor is restarted (``max_restarts``) and the batches it had in flight are run again
     on the new one (``max_task_retries``). A batch is a pure function of its states and seeds,
     and the driver writes a generation only once all its batches are back, so a crash neither
-    loses nor duplicates episodes."""
+    loses nor duplicates episodes. In an async campaign each unit's result is applied once,
+    when its task returns (a rerun task returns once too). ``worker_cls``: a
+    ``RolloutWorker`` subclass (benchmarks inject delays with one)."""
     import ray
 
     return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=max_restarts,
-                      max_task_retries=max_task_retries)(RolloutWorker)
+                      max_task_retries=max_task_retries)(worker_cls or RolloutWorker)
 
 
 
@@ -363,7 +365,7 @@ class RolloutPool:
 
     def __init__(self, scenario: str, policy_uris: dict[str, str], *, workers: int = 2, batch_size: int = 256,
                  scenario_overrides: dict | None = None, in_flight: int = 2, device: str | None = None,
-                 name: str | None = None):
+                 name: str | None = None, worker_cls=None, num_cpus: float = 1.0):
         """``name`` (e.g. ``"quickstart/safety"``) names the actors ``<name>/rollout-<i>``, as the
         dashboard lists them."""
         import ray
@@ -373,7 +375,7 @@ class RolloutPool:
         gpus = float(ray.cluster_resources().get("GPU", 0.0))
         # GPUs present: share them between the rollout actors for batched inference
         num_gpus = min(0.25, gpus / workers) if gpus > 0 else 0.0
-        actor_cls = rollout_actor_class(num_gpus=num_gpus)
+        actor_cls = rollout_actor_class(num_gpus=num_gpus, num_cpus=num_cpus, worker_cls=worker_cls)
         self.batch_size = int(batch_size)
         self.in_flight = max(1, int(in_flight))
         self.name = name
@@ -384,6 +386,40 @@ class RolloutPool:
         ]
         ray.get([a.ping.remote() for a in self.actors])  # surface load errors now, not mid-run
         self.policy_hashes = ray.get(self.actors[0].policy_hashes.remote())
+        self._pending: dict = {}  # steady state: ref -> (key, actor index)
+        self._load = [0] * len(self.actors)  # units in flight per actor
+
+    # -- steady state (async campaigns): submit units, take them back as they finish ------------
+    def submit(self, key, states: np.ndarray, *, roles: list[str] | None = None, repeats: int = 1, seed: int = 0,
+               max_steps: int | None = None) -> None:
+        """Run ``states`` as one task under ``key`` on the actor with the fewest units in flight."""
+        i = min(range(len(self.actors)), key=lambda j: self._load[j])
+        ref = self.actors[i].run.remote(np.asarray(states, dtype=np.float64), roles=roles, repeats=repeats, seed=seed,
+                                        max_steps=max_steps, state_offset=0)
+        self._pending[ref] = (key, i)
+        self._load[i] += 1
+
+    @property
+    def units_in_flight(self) -> int:
+        return len(self._pending)
+
+    def next_result(self, key=None) -> tuple:
+        """``(key, result)``: the first submitted unit to finish, or the one under ``key``. A unit
+        whose actor died is rerun by Ray on the restarted actor (``max_task_retries``) and comes
+        back once."""
+        import ray
+
+        if not self._pending:
+            raise ValueError("no work in flight")
+        if key is None:
+            done, _ = ray.wait(list(self._pending), num_returns=1)
+            ref = done[0]
+        else:
+            ref = next(r for r, (k, _) in self._pending.items() if k == key)
+        result = ray.get(ref)
+        k, i = self._pending.pop(ref)
+        self._load[i] -= 1
+        return k, result
 
     def map(self, states: np.ndarray, *, roles: list[str] | None = None, repeats: int = 1, seed: int = 0,
             max_steps: int | None = None, chunk: int | None = None) -> Iterator[tuple[int, RolloutResult]]:
@@ -419,12 +455,19 @@ class RolloutPool:
                     submit(actor)
                 yield lo, result
 
+    def call(self, method: str, *args) -> list:
+        """``method(*args)`` on every actor (e.g. a benchmark worker's counters), in actor order."""
+        import ray
+
+        return ray.get([getattr(a, method).remote(*args) for a in self.actors])
+
     def shutdown(self) -> None:
         import ray
 
         for a in self.actors:
             ray.kill(a)
         self.actors = []
+        self._pending, self._load = {}, []
 
 
 class CampaignProgress:

@@ -5,6 +5,8 @@ rollout actors, and get back the same :class:`~workers.rollout.RolloutResult`.
         result = ex.run(states, seed=7)
     with Executor(scenario, {"aut": uri}, workers=2) as ex:      # two Ray actors
         for offset, part in ex.stream(states, seed=7): ...       # parts as they finish
+        ex.submit("a", states, seed=7); ex.submit("b", more, seed=8)  # steady state (async campaigns):
+        key, result = ex.next_result()                           # whichever finished first
 
 Every caller (the CLI's ``rollout``, both campaign phases, repair's re-evaluation and the
 benchmarks) goes through here, so there is one chunking rule (:func:`chunk_size`), one rule for
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import OrderedDict
 from typing import Iterator
 
 import numpy as np
@@ -110,15 +113,18 @@ class Executor:
 
     def __init__(self, scenario, uris: dict[str, str], *, workers: int = 0, batch_size: int = 256,
                  scenario_overrides: dict | None = None, policies: dict | None = None, dashboard: bool | None = None,
-                 reason: str = "", name: str | None = None):
+                 reason: str = "", name: str | None = None, worker_cls=None):
+        """``worker_cls``: a :class:`~workers.rollout.RolloutWorker` subclass to run instead (the
+        async scaling benchmark injects per-episode delays with one)."""
         self.workers = int(workers)
         self.reason = reason
         self.batch_size = int(batch_size)
         self.startup_seconds = 0.0
+        self._queued: OrderedDict = OrderedDict()  # in-process steady state: key -> submitted work, FIFO
         overrides = dict(scenario_overrides or {})
         if self.workers == 0:
-            self.local = RolloutWorker(scenario.name, uris, scenario_overrides=overrides, batch_size=batch_size,
-                                       scenario_obj=scenario, policies=policies)
+            self.local = (worker_cls or RolloutWorker)(scenario.name, uris, scenario_overrides=overrides,
+                                                       batch_size=batch_size, scenario_obj=scenario, policies=policies)
             self.policy_hashes = self.local.policy_hashes()
             self.pool = None
         else:
@@ -129,7 +135,7 @@ class Executor:
             t0 = time.perf_counter()
             start_ray(num_cpus=max(self.workers, os.cpu_count() or 1), dashboard=dashboard)
             self.pool = RolloutPool(scenario.name, uris, workers=self.workers, batch_size=batch_size,
-                                    scenario_overrides=overrides, name=name)
+                                    scenario_overrides=overrides, name=name, worker_cls=worker_cls)
             self.policy_hashes = dict(self.pool.policy_hashes)
             self.startup_seconds = time.perf_counter() - t0
 
@@ -163,7 +169,58 @@ class Executor:
         parts = sorted(self.stream(states, seed=seed, repeats=repeats, max_steps=max_steps), key=lambda p: p[0])
         return RolloutResult.concat([r for _, r in parts])
 
+    # -- steady state (async campaigns) ---------------------------------------------------------
+    @property
+    def window(self) -> int:
+        """Units of work an async campaign keeps in flight: two per rollout actor (one running,
+        one queued behind it, so an actor never waits for the driver), two in this process (the
+        same code path; the work then runs in submission order when asked for)."""
+        return 2 * max(1, self.workers)
+
+    def unit_size(self, generation_size: int) -> int:
+        """States per unit of an async campaign: the chunk a generation of ``generation_size``
+        would be cut into (:func:`chunk_size`), so both modes hand an actor the same amount."""
+        return chunk_size(int(generation_size), self.workers, self.batch_size)
+
+    def submit(self, key, states: np.ndarray, *, seed: int, repeats: int = 1, max_steps: int | None = None) -> None:
+        """Start running ``states`` (one result for all of them, state indices from 0) under
+        ``key`` (any hashable, unique among the work in flight). Ray: on the actor with the
+        fewest units in flight; in-process: queued, run when :meth:`next_result` asks for it."""
+        states = np.asarray(states, dtype=np.float64)
+        if self.pool is None:
+            if key in self._queued:
+                raise ValueError(f"work {key!r} is already in flight")
+            self._queued[key] = (states, int(seed), int(repeats), max_steps)
+            return
+        self.pool.submit(key, states, seed=seed, repeats=repeats, max_steps=max_steps)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._queued) if self.pool is None else self.pool.units_in_flight
+
+    def next_result(self, key=None) -> tuple:
+        """``(key, result)`` of submitted work: the first to finish (in-process: the oldest), or
+        the one under ``key`` (a replay in a recorded order). Each submission is returned once."""
+        if self.pool is not None:
+            return self.pool.next_result(key)
+        if not self._queued:
+            raise ValueError("no work in flight")
+        if key is None:
+            key = self._next_local_key()
+        states, seed, repeats, max_steps = self._queued.pop(key)
+        return key, self.local.run(states, seed=seed, repeats=repeats, max_steps=max_steps)
+
+    def _next_local_key(self):
+        """The in-process unit to run next: the oldest (tests replace this to finish work in
+        another order, as actors would)."""
+        return next(iter(self._queued))
+
+    def call_workers(self, method: str, *args) -> list:
+        """``method(*args)`` of every rollout worker (one in-process), e.g. a benchmark's counters."""
+        return [getattr(self.local, method)(*args)] if self.pool is None else self.pool.call(method, *args)
+
     def close(self) -> None:
+        self._queued.clear()
         if self.pool is not None:
             self.pool.shutdown()
             self.pool = None

@@ -8,6 +8,8 @@ A run folder is what ``deltarl run`` (or ``rollout``, ``repair``) leaves behind:
     summary.json                safety phase summary          timeline.parquet: failures over time
     challengers/<algo>/         model.d3, policy.pt, card.json, training.json
     optimality_summary.json     optimality phase summary      optimality_timeline.parquet
+    applied_order.parquet       execution: async, safety: the order results were applied (replay)
+    optimality_applied_order.parquet  the same for the optimality phase
     bugs.parquet                one row per confirmed optimality bug (replayable)
     failures.parquet            one row per confirmed safety failure (replayable)
     flaky_failures.parquet      safety candidates that did not fail with the AUT acting alone
@@ -109,6 +111,11 @@ class RunFolder:
 
     def summary_json(self, phase: str = "safety") -> Path:
         return self.root / ("summary.json" if phase == "safety" else "optimality_summary.json")
+
+    def applied_order_parquet(self, phase: str = "safety") -> Path:
+        """An async phase's log: one row per applied unit, in the order applied (a replay in this
+        order gives the same verdicts: ``orchestrator.campaign.generations``)."""
+        return self.root / ("applied_order.parquet" if phase == "safety" else "optimality_applied_order.parquet")
 
     def timeline_parquet(self, phase: str = "safety") -> Path:
         return self.root / ("timeline.parquet" if phase == "safety" else "optimality_timeline.parquet")

@@ -119,6 +119,7 @@ class RunStore:
                 f"make one with RunStore.create(run_dir, scenario, run_id)"
             )
         self.meta = self._load_meta()
+        self._held: list | None = None  # hold(): tables written on flush()
         self._reset_writer()
 
     def _reset_writer(self) -> None:
@@ -129,7 +130,7 @@ class RunStore:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()  # a copy must not share this writer's slot
-        state.update(_slot=None, _slot_pid=None, _seq=0, _next_local=0)
+        state.update(_slot=None, _slot_pid=None, _seq=0, _next_local=0, _held=None)
         return state
 
     # -- creation / opening ------------------------------------------------------------------
@@ -357,12 +358,35 @@ class RunStore:
         episodes = episodes_table(self.meta, batch, result, iteration=iteration, wall_time=wall_time, bug=bug,
                                   sha=sha, final_obs=final_obs, **common)
 
+        self._next_local += E
+        if self._held is not None:  # hold(): one part per flush()
+            self._held.append((steps, episodes))
+            return ids
         # steps first: a crash in between leaves steps without episode rows, never the reverse
         atomic_write_table(self.steps_dir / name, steps)
         atomic_write_table(self.episodes_dir / name, episodes)
         self._seq += 1
-        self._next_local += E
         return ids
+
+    def hold(self) -> None:
+        """From now on :meth:`write` assigns episode ids at once but writes its rows with the next
+        :meth:`flush`, as one part (an async campaign writes many small units between two
+        snapshots: one part per snapshot instead of one per unit). Rows held when the process
+        dies are lost, as a part written after the last snapshot would be deleted on resume."""
+        if self._held is None:
+            self._held = []
+
+    def flush(self) -> None:
+        """Write the rows held since the last flush as one part (nothing when none)."""
+        if not self._held:
+            return
+        _, name = self._next_ids(0)
+        steps = pa.concat_tables([t for t, _ in self._held])
+        episodes = pa.concat_tables([t for _, t in self._held])
+        atomic_write_table(self.steps_dir / name, steps)
+        atomic_write_table(self.episodes_dir / name, episodes)
+        self._seq += 1
+        self._held = []
 
     def _checked_batch(self, result, E: int, N: int) -> RolloutBatch:
         """The result checked against itself and the run (whose shapes a first write records),
