@@ -424,3 +424,34 @@ def test_cuda_requested_without_cuda(mlps):
     with pytest.raises(PolicyError, match="CUDA is not available"):
         load_policy(str(mlps["ts_d"]), CARTPOLE, device="cuda")
     assert load_policy(str(mlps["ts_d"]), CARTPOLE).device == "cpu"
+
+
+# -- acting alone: one model call per row, as deployed ------------------------------------------
+@pytest.mark.parametrize("scenario,uri", [
+    ("CartPole-v1", "zoo:CartPole-v1"),  # TorchScript, discrete
+    ("CartPole-v1", "d3rlpy"),
+    ("Hopper-v5", "zoo:Hopper-v5"),  # TorchScript, continuous
+    ("Hopper-v5", "onnx"),
+    ("BipedalWalker", "zoo:BipedalWalker"),  # rl-zoo PPO with its normaliser
+    ("CartPole-v1", "python:workers.examples:cartpole_balancer"),
+    ("CartPole-v1", "random:3"),
+])
+def test_act_alone_equals_acting_on_each_row_by_itself(tmp_path, scenario, uri):
+    """`act_alone` (what confirmation and replay use) gives bit for bit the actions of calling
+    `act` on each observation alone; random policies draw in the same order."""
+    from envs import get_scenario
+    from workers.policies import export_mlp_onnx, load_policy
+
+    sc = get_scenario(scenario)
+    if uri == "d3rlpy":
+        from workers.resources import zoo_dir
+        uri = str(zoo_dir() / "CartPole-v1-ddqn" / "model.d3")
+    if uri == "onnx":
+        uri = str(export_mlp_onnx(tmp_path / "p.onnx", sc.obs_dim, sc.action.size, hidden=(64, 64), seed=1,
+                                  discrete=False))
+    obs = np.random.default_rng(5).normal(size=(33, sc.obs_dim)).astype(np.float64)
+    one, alone = load_policy(uri, sc), load_policy(uri, sc)
+    rows = np.concatenate([one.act(obs[j:j + 1]) for j in range(len(obs))])
+    got = alone.act_alone(obs)
+    assert got.dtype == rows.dtype and got.shape == rows.shape
+    np.testing.assert_array_equal(got, rows)

@@ -145,6 +145,8 @@ def _act(policy, obs: np.ndarray, alone: bool) -> np.ndarray:
     whose actions cannot depend on what else is in the batch."""
     if not alone or obs.shape[0] <= 1:
         return np.asarray(policy.act(obs))
+    if hasattr(policy, "act_alone"):  # deltarl's policies: one model call per row, one check for all
+        return np.asarray(policy.act_alone(obs))
     return np.concatenate([np.asarray(policy.act(obs[j:j + 1])) for j in range(obs.shape[0])])
 
 

@@ -154,6 +154,34 @@ class Policy:
 
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Actions for a batch of observations ``(n, obs_dim)`` (a 1-D obs is one row)."""
+        obs = self._prepare(obs)
+        n = obs.shape[0]
+        if n == 0:
+            return self._empty()
+        return self._postprocess(self._forward(obs), n)
+
+    def act_alone(self, obs: np.ndarray) -> np.ndarray:
+        """The actions of ``act(obs[j:j+1])`` for every row ``j``: each row goes through the model
+        as a batch of one (the agent as deployed, whose actions cannot depend on the rest of the
+        batch), while the input is checked and the outputs converted once for all rows. Output
+        conversion is element-wise (argmax per row, clipping), so converting the stacked rows
+        gives what converting each row gives; a subclass that overrides :meth:`act` gets the
+        plain per-row loop."""
+        if type(self).act is not Policy.act:
+            return np.concatenate([np.asarray(self.act(obs[j:j + 1])) for j in range(len(obs))])
+        obs = self._prepare(obs)
+        n = obs.shape[0]
+        if n <= 1:
+            return self._empty() if n == 0 else self._postprocess(self._forward(obs), 1)
+        raws = [self._forward(obs[j:j + 1].copy()) for j in range(n)]  # a fresh array, as when deployed
+        rows = [r.detach().cpu().numpy() if isinstance(r, torch.Tensor) else r for r in raws]
+        if all(isinstance(r, np.ndarray) and r.ndim >= 1 and r.shape[0] == 1 for r in rows) \
+                and len({(r.dtype, r.shape[1:]) for r in rows}) == 1:
+            return self._postprocess(np.concatenate(rows), n)
+        return np.concatenate([self._postprocess(r, 1) for r in raws])
+
+    def _prepare(self, obs: np.ndarray) -> np.ndarray:
+        """A checked, contiguous float32 batch ``(n, obs_dim)``."""
         obs = np.asarray(obs)
         if obs.ndim == 1:
             obs = obs.reshape(1, -1)
@@ -167,11 +195,7 @@ class Policy:
                 f"{self.label}: expected observations of size {self.obs_dim}, got a batch of "
                 f"shape {obs.shape}"
             )
-        obs = np.ascontiguousarray(obs, dtype=np.float32)
-        n = obs.shape[0]
-        if n == 0:
-            return self._empty()
-        return self._postprocess(self._forward(obs), n)
+        return np.ascontiguousarray(obs, dtype=np.float32)
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         return self.act(obs)
