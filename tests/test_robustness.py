@@ -214,6 +214,16 @@ def _die_on_write(monkeypatch, phase_of_call, n):
     monkeypatch.setattr(RunStore, "write", write)
 
 
+def _run_until_killed(monkeypatch, campaign, phase_of_call, n):
+    """Run ``campaign`` until :func:`_die_on_write` kills it on its ``n``-th matching write."""
+    from orchestrator.campaign.pipeline import run_campaign
+
+    _die_on_write(monkeypatch, phase_of_call, n)
+    with pytest.raises(Killed):
+        run_campaign(campaign, progress=False)
+    monkeypatch.undo()
+
+
 def _die_between_steps_and_episodes(monkeypatch, n):
     import orchestrator.runs.store as store
 
@@ -286,10 +296,7 @@ def test_an_optimality_only_run_killed_before_its_first_snapshot_resumes_exactly
         p.write_text(text.format(aut="random:3", seed=7, out=tmp_path / name))
         runs[name] = load_campaign(p)
     run_campaign(runs["clean"], progress=False)
-    _die_on_write(monkeypatch, lambda p: p == "optimality", 1)
-    with pytest.raises(Killed):
-        run_campaign(runs["killed"], progress=False)
-    monkeypatch.undo()
+    _run_until_killed(monkeypatch, runs["killed"], lambda p: p == "optimality", 1)
     out = tmp_path / "killed"
     assert list((out / "episodes").glob("*.parquet")) and not list((out / "snapshots").glob("*.pkl"))
     resume(out)
@@ -328,14 +335,10 @@ def test_a_sigkill_before_the_first_snapshot_resumes_to_the_uninterrupted_record
 
 def test_a_damaged_newest_snapshot_falls_back_to_the_previous_one(tmp_path, monkeypatch, capsys, clean_run):
     from orchestrator.campaign.config import load_campaign
-    from orchestrator.campaign.pipeline import run_campaign
 
     out = tmp_path / "run"
     c = load_campaign(write_campaign(tmp_path / "c.yaml", out))
-    _die_on_write(monkeypatch, lambda p: p in ("sampling", "fuzzing"), 5)
-    with pytest.raises(Killed):
-        run_campaign(c, progress=False)
-    monkeypatch.undo()
+    _run_until_killed(monkeypatch, c, lambda p: p in ("sampling", "fuzzing"), 5)
     newest = sorted((out / "snapshots").glob("gen-*.pkl"))[-1]
     newest.write_bytes(newest.read_bytes()[: len(newest.read_bytes()) // 2])  # truncated, e.g. a full disk
     capsys.readouterr()
@@ -347,14 +350,10 @@ def test_a_damaged_newest_snapshot_falls_back_to_the_previous_one(tmp_path, monk
 
 def test_all_snapshots_damaged_is_one_clear_error(tmp_path, monkeypatch, capsys):
     from orchestrator.campaign.config import load_campaign
-    from orchestrator.campaign.pipeline import run_campaign
 
     out = tmp_path / "run"
     c = load_campaign(write_campaign(tmp_path / "c.yaml", out))
-    _die_on_write(monkeypatch, lambda p: p in ("sampling", "fuzzing"), 4)
-    with pytest.raises(Killed):
-        run_campaign(c, progress=False)
-    monkeypatch.undo()
+    _run_until_killed(monkeypatch, c, lambda p: p in ("sampling", "fuzzing"), 4)
     for snap in (out / "snapshots").glob("*.pkl"):
         snap.write_bytes(b"\x80\x04")
     before = tree_digest(out)
@@ -395,14 +394,10 @@ def test_a_killed_grid_point_resumes_to_the_uninterrupted_record(tmp_path, monke
     task (orchestrator.campaign.grid._run_one); here the task body runs in this process."""
     from orchestrator.campaign.config import load_campaign
     from orchestrator.campaign.grid import _run_one
-    from orchestrator.campaign.pipeline import run_campaign
 
     out = tmp_path / "grid" / "crashy-000"
     c = load_campaign(write_campaign(tmp_path / "c.yaml", out))
-    _die_on_write(monkeypatch, lambda p: p == "optimality", 2)
-    with pytest.raises(Killed):
-        run_campaign(c, progress=False)
-    monkeypatch.undo()
+    _run_until_killed(monkeypatch, c, lambda p: p == "optimality", 2)
     monkeypatch.setenv("DELTARL_CHALLENGER_CACHE", str(tmp_path / "cache"))
     _run_one(c.to_dict(), f"sqlite:///{tmp_path / 'grid' / 'mlflow.db'}", "crashy")
     assert_same_record(out, clean_run)

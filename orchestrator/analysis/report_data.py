@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis.run_reader import Run, find_runs, is_run, read_parquet
+from orchestrator.analysis.run_reader import Run, find_runs, is_run, optimality_cases, read_parquet
 from orchestrator.runs.layout import SAFETY_PHASES
 from orchestrator.runs.store import RunStore, atomic_write_bytes, atomic_write_table
 
@@ -199,21 +199,11 @@ def _failure_rows(r: Run) -> pd.DataFrame | None:
 
 
 def _case_rows(r: Run) -> pd.DataFrame | None:
-    if not r.optimality or not r.folder.episodes_dir.is_dir():
+    cases = optimality_cases(r)
+    if cases is None:
         return None
-    try:
-        eps = RunStore.open(r.dir).read_episodes(phase="optimality", columns=["role", "iteration", "state_index",
-                                                                                 "return", "bug"])
-    except Exception:  # noqa: BLE001
-        return None
-    if eps.empty:
-        return None
-    g = eps.groupby(["iteration", "state_index", "role"])["return"].mean().unstack("role")
-    if not {"aut", "challenger"} <= set(g.columns):
-        return None
-    bug = eps.groupby(["iteration", "state_index"])["bug"].any().reindex(g.index)
-    return pd.DataFrame({"campaign": r.name, "aut_return": g["aut"].to_numpy(), "ca_return": g["challenger"].to_numpy(),
-                         "bug": bug.to_numpy(dtype=bool)})
+    aut, ca, bug = cases
+    return pd.DataFrame({"campaign": r.name, "aut_return": aut, "ca_return": ca, "bug": bug})
 
 
 def _behaviour(runs: list[Run], max_sequences: int) -> tuple[pd.DataFrame | None, pd.DataFrame | None, list[str]]:
