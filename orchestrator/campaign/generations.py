@@ -159,10 +159,12 @@ def mlflow_metrics(metrics: dict) -> dict:
 
 
 # -- budget ------------------------------------------------------------------------------------
-def next_generation_size(spec, done: int, st, fuzzer) -> int | None:
-    """The size of the next generation under ``spec``'s budget after ``done`` episodes (test
-    cases) and ``st.elapsed`` seconds, or None when the budget is spent. Moves ``st`` and the
-    fuzzer to the fuzzing phase once the sampling share of the budget is spent."""
+def next_generation_size(spec, done: int, st, fuzzer, size: int | None = None, flying: int = 0) -> int | None:
+    """The size of the next generation (or async unit: ``size``) under ``spec``'s budget after
+    ``done`` episodes (test cases; in async mode, proposals issued) and ``st.elapsed`` seconds, or
+    None when the budget is spent. Moves ``st`` and the fuzzer to the fuzzing phase once the
+    sampling share of the budget is spent; while ``flying`` units of it are not yet applied it
+    returns 0 instead (wait: fuzzing proposals need the whole initial corpus)."""
     b = spec.budget
     left = None if b.episodes is None else b.episodes - done
     if (left is not None and left <= 0) or (b.seconds is not None and st.elapsed >= b.seconds):
@@ -171,9 +173,11 @@ def next_generation_size(spec, done: int, st, fuzzer) -> int | None:
     sampling_s = spec.sampling_fraction * b.seconds if b.seconds else None
     if st.phase == "sampling" and ((sampling_n is not None and done >= sampling_n)
                                    or (sampling_s is not None and st.elapsed >= sampling_s)):
+        if flying:
+            return 0
         st.phase = "fuzzing"
         fuzzer.start_phase("fuzzing")
-    n = spec.generation_size
+    n = spec.generation_size if size is None else size
     if st.phase == "sampling" and sampling_n is not None:
         n = min(n, sampling_n - done)
     return n if left is None else min(n, left)
@@ -443,29 +447,6 @@ def _apply(phase: Phase, st: LoopState, unit: dict, result, t_start: float) -> d
 
 
 # -- execution: async ----------------------------------------------------------------------------
-def next_unit_size(spec, st: LoopState, issued: int, flying: int, fuzzer, unit: int) -> int | None:
-    """The size of the next async unit after ``issued`` proposals (``flying`` of them units not
-    yet applied): None once the budget is spent (no more proposals), 0 to wait (the sampling
-    share is all issued but not all applied: fuzzing proposals need the whole initial corpus).
-    Moves ``st`` and the fuzzer to the fuzzing phase when the last sampling result is in."""
-    b = spec.budget
-    left = None if b.episodes is None else b.episodes - issued
-    if (left is not None and left <= 0) or (b.seconds is not None and st.elapsed >= b.seconds):
-        return None
-    sampling_n = int(round(spec.sampling_fraction * b.episodes)) if b.episodes else None
-    sampling_s = spec.sampling_fraction * b.seconds if b.seconds else None
-    if st.phase == "sampling" and ((sampling_n is not None and issued >= sampling_n)
-                                   or (sampling_s is not None and st.elapsed >= sampling_s)):
-        if flying:
-            return 0
-        st.phase = "fuzzing"
-        fuzzer.start_phase("fuzzing")
-    n = unit
-    if st.phase == "sampling" and sampling_n is not None:
-        n = min(n, sampling_n - issued)
-    return n if left is None else min(n, left)
-
-
 def _run_async(phase: Phase, st: LoopState, executor: Executor, t_start: float, after, replay: dict | None) -> None:
     """The steady-state loop (``execution: async``): see the module's docstring."""
     spec, fuzzer = phase.spec, phase.fuzzer
@@ -480,7 +461,7 @@ def _run_async(phase: Phase, st: LoopState, executor: Executor, t_start: float, 
     def fill() -> None:
         nonlocal issued
         while len(flying) < st.window:
-            n = next_unit_size(spec, st, issued, len(flying), fuzzer, unit)
+            n = next_generation_size(spec, issued, st, fuzzer, size=unit, flying=len(flying))
             if not n:
                 break
             u = _propose_unit(phase, st, n)
