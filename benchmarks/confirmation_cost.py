@@ -1,23 +1,38 @@
-"""What sound verdicts cost: the time spent re-running candidate failures and bugs with each agent
-acting alone, as a share of each phase's wall time, on the quick start and on a Hopper campaign.
+"""What sound verdicts cost, as a share of each phase's wall time, both ways of reaching the
+agent as deployed (docs/verdicts.md):
 
-    python benchmarks/confirmation_cost.py                 # quick start (as shipped) + Hopper
-    python benchmarks/confirmation_cost.py --quick         # smaller budgets
+* ``inference: batched`` (the default): the search acts in batches; candidate failures and bugs
+  are re-run with each agent acting alone before they count. Cost: the phase's ``confirm_seconds``.
+* ``inference: alone``: every policy call of the phase sees one observation, so nothing is re-run.
+  Cost: the extra inference time, ``rollout_seconds - steps x (the batched run's rollout seconds
+  per episode step)``, against the same campaign run batched in this script (per step, because the
+  two searches propose different states and Hopper's episodes differ in length).
+
+Campaigns: the quick start as shipped; Hopper-v5 with the project's SAC (``zoo:Hopper-v5``, which
+fails from most initial states: the costliest case for re-running), batched and alone; Walker2d-v5
+with the rl-baselines3-zoo SAC from ``../shared/data/rlzoo`` (100% success: failures are rare), when
+that folder is there.
+
+    python benchmarks/confirmation_cost.py                 # everything (~10-20 min on 2 cores)
+    python benchmarks/confirmation_cost.py --quick         # quarter budgets
+    python benchmarks/confirmation_cost.py --only hopper   # one campaign (quickstart|hopper|walker2d)
 
 Each campaign runs once, in this process's Python (``deltarl run``); the phases' summaries hold
-``confirm_seconds`` beside ``wall_seconds`` (the baseline: the same phase's own time). Prints one
-table; docs/verdicts.md quotes it.
+``confirm_seconds``, ``rollout_seconds`` and ``wall_seconds``. Prints one table with the machine's
+load average; experiments/results/confirmation-cost.md and docs/verdicts.md quote it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+import pandas as pd
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,6 +44,16 @@ HOPPER = {
     "challenger": {"algos": ["bc"], "steps": 5000, "eval_episodes": 10},
     "optimality": {"fuzzer": "delta", "budget": {"episodes": 128}, "generation_size": 64},
 }
+WALKER_AUT = REPO.parent / "shared" / "data" / "rlzoo" / "sac" / "Walker2d-v3_1"
+WALKER2D = {**HOPPER, "name": "confirm-walker2d", "scenario": "Walker2d-v5", "aut": f"rlzoo:{WALKER_AUT}"}
+
+
+def _with_inference(campaign: dict, mode: str) -> dict:
+    c = json.loads(json.dumps(campaign))
+    c["name"] = f"{c['name']}-{mode}"
+    for ph in ("safety", "optimality"):
+        c[ph]["inference"] = mode
+    return c
 
 
 def _run(campaign: dict, out: Path) -> dict:
@@ -41,34 +66,70 @@ def _run(campaign: dict, out: Path) -> dict:
     return json.loads((out / "results.json").read_text())
 
 
-def _rows(name: str, results: dict) -> list[str]:
+def _steps(run_dir: Path, fuzzer: str) -> int:
+    """Episode steps a phase ran (its episodes are those its fuzzer wrote; both roles)."""
+    eps = pd.read_parquet(run_dir / "episodes", columns=["fuzzer", "length"])
+    return int(eps.loc[eps["fuzzer"] == fuzzer, "length"].sum())
+
+
+def _rows(name: str, mode: str, results: dict, run_dir: Path, batched: dict | None) -> list[str]:
+    """Table rows of one campaign; ``batched``: per phase, the batched run's rollout seconds per
+    step (the baseline an ``alone`` run's extra inference time is measured against)."""
     out = []
     for phase, key, flaky in (("safety", "failures", "flaky_failures"), ("optimality", "bugs", "flaky_bugs")):
         s = results.get(phase)
         if not s:
             continue
-        share = s["confirm_seconds"] / s["wall_seconds"] if s["wall_seconds"] else float("nan")
+        steps = _steps(run_dir, s["fuzzer"])
+        if mode == "batched":
+            cost = s["confirm_seconds"]
+        else:
+            cost = s["rollout_seconds"] - steps * batched[phase] if batched else float("nan")
+        share = cost / s["wall_seconds"] if s["wall_seconds"] else float("nan")
         n = s["episodes"] if phase == "safety" else s["cases"]
-        out.append(f"| {name} | {phase} | {n} | {s[key]} | {s[flaky]} | {s['wall_seconds']:.1f} | "
-                   f"{s['confirm_seconds']:.1f} | {100 * share:.1f}% |")
+        out.append(f"| {name} | {mode} | {phase} | {n} | {steps} | {s[key]} | {s[flaky]} | {s['wall_seconds']:.1f} | "
+                   f"{s['rollout_seconds']:.1f} | {cost:.1f} | {100 * share:.1f}% |")
     return out
+
+
+def _per_step(results: dict, run_dir: Path) -> dict:
+    return {ph: results[ph]["rollout_seconds"] / max(1, _steps(run_dir, results[ph]["fuzzer"]))
+            for ph in ("safety", "optimality") if results.get(ph)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="quarter budgets")
+    ap.add_argument("--only", choices=["quickstart", "hopper", "walker2d"], default=None, help="one campaign")
     args = ap.parse_args()
     quick = yaml.safe_load((REPO / "experiments" / "quickstart.yaml").read_text())
-    hopper = json.loads(json.dumps(HOPPER))
+    plan = [("quickstart", "quick start", quick, ("batched",)),
+            ("hopper", "Hopper-v5 (zoo SAC)", json.loads(json.dumps(HOPPER)), ("batched", "alone"))]
+    if WALKER_AUT.is_dir():
+        plan.append(("walker2d", "Walker2d-v5 (rl-zoo SAC)", json.loads(json.dumps(WALKER2D)), ("batched",)))
+    else:
+        print(f"(no {WALKER_AUT}: the Walker2d row is left out)")
+    if args.only:
+        plan = [p for p in plan if p[0] == args.only]
     if args.quick:
-        for c in (quick, hopper):
+        for _, _, c, _ in plan:
             for ph in ("safety", "optimality"):
                 c[ph]["budget"]["episodes"] = max(64, c[ph]["budget"]["episodes"] // 4)
-    lines = ["| campaign | phase | states | confirmed | flaky | phase wall (s) | confirmation (s) | share |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    load0 = os.getloadavg()[0]
+    lines = ["| campaign | inference | phase | states | episode steps | confirmed | flaky | phase wall (s) | "
+             "rollouts (s) | cost of verdicts (s) | share |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     with tempfile.TemporaryDirectory() as tmp:
-        for name, c in (("quick start", quick), ("Hopper-v5", hopper)):
-            lines += _rows(name, _run(c, Path(tmp) / name.replace(" ", "-")))
+        for key, name, c, modes in plan:
+            baseline = None
+            for mode in modes:
+                out = Path(tmp) / f"{key}-{mode}"
+                res = _run(_with_inference(c, mode) if key != "quickstart" else c, out)
+                lines += _rows(name, mode, res, out, baseline)
+                if mode == "batched":
+                    baseline = _per_step(res, out)
+    print(f"{os.cpu_count()} CPUs; load average {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
+    print()
     print("\n".join(lines))
 
 

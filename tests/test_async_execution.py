@@ -230,3 +230,143 @@ def test_a_rollout_actor_killed_in_an_async_campaign_loses_and_duplicates_nothin
     assert len(e) == 192 and not e.duplicated(["iteration", "state_index"]).any()
     _run(_campaign(tmp_path, "replay", "curefuzz", budget=192, workers=0), replay=applied_order(tmp_path / "ray"))
     _same_record(tmp_path / "ray", tmp_path / "replay")
+
+
+# -- corpus: actor ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("extra,match", [("corpus: central", "safety.corpus must be one of driver, actor"),
+                                         ("corpus: actor\n  execution: sync", "needs safety.execution: async")])
+def test_corpus_is_validated(tmp_path, extra, match):
+    from orchestrator.campaign.config import CampaignError, load_campaign
+
+    p = tmp_path / "c.yaml"
+    text = SAFETY.format(fuzzer="random", out=tmp_path / "x", budget=10, workers=0, llm="")
+    p.write_text(text.replace("  execution: async\n", "") + f"  {extra}\n")
+    with pytest.raises(CampaignError, match=match):
+        load_campaign(p)
+
+
+def test_corpus_actor_is_refused_for_an_llm_guided_fuzzer(tmp_path):
+    from orchestrator.campaign.config import CampaignError, load_campaign
+
+    p = tmp_path / "c.yaml"
+    p.write_text(SAFETY.format(fuzzer="llmtester", out=tmp_path / "x", budget=10, workers=0, llm="") + "  corpus: actor\n")
+    with pytest.raises(CampaignError, match="corpus: actor is not available for llmtester"):
+        load_campaign(p)
+
+
+def test_corpus_actor_without_ray_workers_keeps_the_corpus_in_the_driver(tmp_path):
+    from orchestrator.campaign.config import load_campaign
+
+    p = tmp_path / "c.yaml"
+    p.write_text(SAFETY.format(fuzzer="curefuzz", out=tmp_path / "a", budget=48, workers=0, llm="") + "  corpus: actor\n")
+    summary = _run(load_campaign(p))
+    assert summary["corpus"] == "driver" and "workers: 0" in summary["corpus_reason"]
+    _run(_campaign(tmp_path, "b", "curefuzz", budget=48))
+    _same_record(tmp_path / "a", tmp_path / "b")
+
+
+def _feedback(proposal, rng, obs_dim=4):
+    """Synthetic feedback for ``proposal``: trajectories of random length near the states."""
+    from orchestrator.fuzzers import Feedback
+
+    n = len(proposal)
+    lengths = rng.integers(5, 40, size=n)
+    traj = [(proposal.states[i, :obs_dim] + 0.05 * rng.standard_normal((int(t) + 1, obs_dim))).astype(np.float32)
+            for i, t in enumerate(lengths)]
+    returns = lengths.astype(np.float64)
+    return Feedback(returns=returns, lengths=lengths, terminated=lengths < 39, failure=lengths < 8, traj_obs=traj)
+
+
+def test_a_killed_corpus_actor_is_restored_to_the_corpus_before_the_kill(ray_cluster):
+    """The handle restores a killed actor from its last ``state_dict`` and makes the calls since
+    then again: the next proposals are those of a fuzzer that was never killed."""
+    import ray
+
+    from envs import get_scenario
+    from orchestrator.campaign.async_loop import RemoteFuzzer
+    from orchestrator.fuzzers import make_fuzzer
+
+    local = make_fuzzer("curefuzz", get_scenario("CartPole-v1"), seed=5)
+    remote = RemoteFuzzer(make_fuzzer("curefuzz", get_scenario("CartPole-v1"), seed=5))
+    rng_l, rng_r = np.random.default_rng(1), np.random.default_rng(1)
+    try:
+        for step in range(12):
+            if step == 4:
+                for f in (local, remote):
+                    f.start_phase("fuzzing")
+            if step == 6:
+                remote.state_dict()  # a snapshot: the restore point
+            if step in (9, 11):  # calls made since the snapshot must be made again
+                assert remote._journal
+                ray.kill(remote._actor, no_restart=True)
+            pl, pr = local.propose(8), remote.propose(8)
+            np.testing.assert_array_equal(pl.states, pr.states)
+            local.observe(pl, _feedback(pl, rng_l))
+            remote.observe(pr, _feedback(pr, rng_r))
+        assert remote.restores == 2 and remote.restore_mismatches == 0
+        np.testing.assert_array_equal(local.propose(16).states, remote.propose(16).states)
+    finally:
+        remote.close()
+
+
+def test_a_corpus_actor_killed_in_an_async_campaign_is_restored_and_loses_nothing(tmp_path, ray_cluster,
+                                                                                   monkeypatch):
+    """``corpus: actor`` with two Ray rollout actors; the corpus actor is killed twice mid-run,
+    each time with results applied since the last snapshot. The run spends its whole budget,
+    records every episode once, and gives the verdicts of an in-process replay in its applied
+    order (corpus in the driver, never killed)."""
+    import ray
+
+    from orchestrator.campaign import async_loop
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.campaign.generations import applied_order
+    from orchestrator.cluster import driver
+
+    handles = []
+    real_init = async_loop.RemoteFuzzer.__init__
+
+    def init(self, *a, **kw):
+        real_init(self, *a, **kw)
+        handles.append(self)
+
+    real = driver.RolloutPool.next_result
+    calls = {"n": 0, "killed": []}
+
+    def next_and_kill(self, key=None):
+        calls["n"] += 1
+        (h,) = handles
+        if len(calls["killed"]) < 2 and calls["n"] >= 3 + 6 * len(calls["killed"]) \
+                and any(m == "observe" for m, _, _ in h._journal):
+            calls["killed"].append(calls["n"])
+            ray.kill(h._actor, no_restart=True)
+        return real(self, key)
+
+    monkeypatch.setattr(async_loop.RemoteFuzzer, "__init__", init)
+    monkeypatch.setattr(driver.RolloutPool, "next_result", next_and_kill)
+    p = tmp_path / "ray.yaml"
+    p.write_text(SAFETY.format(fuzzer="curefuzz", out=tmp_path / "ray", budget=192, workers=2, llm="")
+                 + "  corpus: actor\n")
+    summary = _run(load_campaign(p))
+    assert len(calls["killed"]) == 2 and summary["corpus"] == "actor" and summary["corpus_restores"] == 2
+    assert handles[0].restore_mismatches == 0
+    e = _episodes(tmp_path / "ray")
+    assert len(e) == 192 == summary["episodes"] and not e.duplicated(["iteration", "state_index"]).any()
+    _run(_campaign(tmp_path, "replay", "curefuzz", budget=192, workers=0), replay=applied_order(tmp_path / "ray"))
+    _same_record(tmp_path / "ray", tmp_path / "replay")
+
+
+def test_an_optimality_phase_with_its_corpus_in_an_actor_replays_to_the_same_verdicts(tmp_path, ray_cluster):
+    """Delta (reads both agents; its summary reads the fuzzer's stats through the actor) with
+    ``corpus: actor``: the in-process replay in the recorded order gives the same record."""
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.campaign.generations import applied_order
+
+    p = tmp_path / "ray.yaml"
+    p.write_text(OPTIMALITY.format(fuzzer="delta", out=tmp_path / "ray", budget=48, workers=2, llm="")
+                 + "  corpus: actor\n")
+    summary = _run(load_campaign(p))
+    assert summary["corpus"] == "actor" and summary["corpus_restores"] == 0 and summary["cases"] == 48
+    assert 0 <= summary["decision_share_diversity"] <= 1  # Delta's stats, read from the actor
+    _run(_campaign(tmp_path, "replay", "delta", budget=48, workers=0),
+         replay=applied_order(tmp_path / "ray", "optimality"))
+    _same_record(tmp_path / "ray", tmp_path / "replay")

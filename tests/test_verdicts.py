@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from envs import get_scenario
 from orchestrator.campaign.config import load_campaign
 from orchestrator.campaign.pipeline import run_campaign
 from orchestrator.campaign.replay import replay_bug, replay_failure
@@ -112,11 +113,18 @@ optimality: {fuzzer: random, challenger: "zoo:Hopper-v5", budget: {episodes: 12}
 
 
 @pytest.mark.slow
-def test_hopper_campaign_verdicts_replay_alone_in_the_reference_env(tmp_path):
+@pytest.mark.parametrize("inference", ["batched", "alone"])
+def test_hopper_campaign_verdicts_replay_alone_in_the_reference_env(tmp_path, inference):
     """MuJoCo (the reference env is put into the state with ``set_state``), continuous actions, a
-    torch policy as the challenger; the AUT is a seeded random policy, so it fails and loses often."""
-    run_campaign(load_campaign(_campaign(tmp_path, HOPPER)), progress=False)
+    torch policy as the challenger; the AUT is a seeded random policy, so it fails and loses often.
+    Both ways to reach the deployed agent: candidates re-run alone, or the search acting alone."""
+    text = HOPPER.replace("generation_size: 16}", f"generation_size: 16, inference: {inference}}}").replace(
+        "generation_size: 6}", f"generation_size: 6, inference: {inference}}}")
+    out = run_campaign(load_campaign(_campaign(tmp_path, text)), progress=False)
     _check_replays_in_reference_env(tmp_path / "run")
+    for phase in ("safety", "optimality"):
+        assert out[phase]["inference"] == inference
+        assert (out[phase]["confirm_seconds"] == 0) == (inference == "alone")
 
 
 class BatchSensitive:
@@ -151,6 +159,57 @@ safety: {fuzzer: random, budget: {episodes: 128}, generation_size: 64}
     assert out["failures"] == (0 if run.failures() is None else len(run.failures()))
     eps = pd.read_parquet(run.root / "episodes")
     assert eps["failure"].sum() == out["failures"] + out["flaky_failures"]  # the batched record keeps both
+
+
+class WeakBatchSensitive(BatchSensitive):
+    """Alone, a controller that leans too little on the pole's velocity: it fails from a few
+    initial states (about 2% of CartPole's); in a batch it also flips near-upright actions."""
+
+    def act(self, obs):
+        obs = np.asarray(obs)
+        good = (obs[:, 2] + 0.02 * obs[:, 3] > 0).astype(np.int64)
+        if obs.shape[0] == 1:
+            return good
+        return np.where(np.abs(obs[:, 2]) < 0.03, 0, good)
+
+
+def test_inference_alone_runs_the_deployed_agent_and_needs_no_reruns(tmp_path):
+    """`inference: alone`: every policy call sees one observation, so a batch-sensitive agent
+    shows its deployed behaviour in the search itself: no flaky candidates, nothing re-run, and
+    (random testing proposes the same states either way) every failure the batched search
+    confirmed is found too."""
+    text = """
+name: alone
+scenario: CartPole-v1
+aut: python:tests.test_verdicts:WeakBatchSensitive
+seed: 0
+workers: 0
+mlflow: false
+output: OUT
+safety: {fuzzer: random, budget: {episodes: 256}, generation_size: 64, inference: INFERENCE}
+"""
+    out = {}
+    for mode in ("batched", "alone"):
+        f = _campaign(tmp_path, text.replace("OUT", str(tmp_path / mode)).replace("INFERENCE", mode), f"{mode}.yaml")
+        out[mode] = run_campaign(load_campaign(f), progress=False)["safety"]
+    alone = out["alone"]
+    assert alone["inference"] == "alone" and out["batched"]["inference"] == "batched"
+    assert alone["flaky_failures"] == 0 and alone["confirm_seconds"] == 0.0
+    assert out["batched"]["flaky_failures"] > 0  # the same states in batches flip
+    eps = pd.read_parquet(tmp_path / "alone" / "episodes")
+    assert eps["failure"].sum() == alone["failures"]  # every failing episode is a failure: it was acting alone
+
+    def states(mode):
+        df = RunFolder(tmp_path / mode).failures()
+        return set() if df is None else {tuple(np.round(s, 12)) for s in df["initial_state"]}
+
+    assert 0 < len(states("batched")) and states("batched") <= states("alone")
+    aut = load_policy("python:tests.test_verdicts:WeakBatchSensitive", None)
+    df = RunFolder(tmp_path / "alone").failures()
+    sc = get_scenario("CartPole-v1")
+    for row in df.itertuples():  # each one fails alone in the reference env
+        seed = int(episode_seeds(row.gen_seed, np.array([row.state_index]), np.array([0]))[0])
+        assert reference_episode(sc, aut, row.initial_state, seed)[1]
 
 
 def _bugs_and_failures(run_dir: Path) -> dict:

@@ -332,6 +332,7 @@ class RolloutWorker:
         torch_threads: int | None = 1,
         scenario_obj=None,
         policies: dict | None = None,
+        alone: bool = False,
     ):
         from envs import get_scenario
         from workers.policies import load_policy
@@ -346,6 +347,7 @@ class RolloutWorker:
         self.policies = {role: have[role] if role in have else load_policy(uri, self.scenario, device=device)
                          for role, uri in policy_uris.items()}
         self.batch_size = int(batch_size)
+        self.alone = bool(alone)  # every policy call on one observation (a phase's `inference: alone`)
 
     def policy_hashes(self) -> dict[str, str]:
         return {role: getattr(p, "sha256", "") or "" for role, p in self.policies.items()}
@@ -375,6 +377,7 @@ class RolloutWorker:
             seed=seed,
             batch_size=self.batch_size,
             state_offset=state_offset,
+            alone=self.alone,
         )
         return res
 

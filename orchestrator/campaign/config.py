@@ -16,6 +16,12 @@
       execution: sync              # sync (default: generations with a barrier, reproducible) | async
                                    # (steady state: each rollout actor gets a new proposal as soon as it
                                    # is free; the order results were applied is recorded for replay)
+      corpus: driver               # driver (default) | actor (async with Ray workers: the fuzzer lives in
+                                   # a Ray actor, restored from the last snapshot if it dies)
+      inference: batched           # batched (default: the search runs each step's observations as one
+                                   # batch; candidate failures/bugs are re-run with every agent acting
+                                   # alone before they count) | alone (every call sees one observation:
+                                   # verdicts need no re-run; cheaper when most episodes are candidates)
     challenger:                    # optional: offline RL on the safety phase's record D
       algos: [bcq]                 # any of bc, bcq, cql
       preset: null                 # null = the scenario's preset in experiments/challengers/
@@ -76,6 +82,10 @@ MAX_SEED = 2**31 - 1
 # how a fuzzing phase runs its rollouts (orchestrator.campaign.generations): generations with a
 # barrier (sync, the reproducible default) or steady state (async, docs/scaling.md)
 EXECUTION_MODES = ("sync", "async")  # seeds are 0 .. 2^31 - 1 (numpy refuses negative ones)
+CORPUS_PLACES = ("driver", "actor")  # where an async phase keeps its fuzzer (actor: a Ray actor)
+# how policies see observations during a phase: one batch per step, candidates re-run alone
+# (batched), or one observation per call throughout (alone); docs/verdicts.md
+INFERENCE_MODES = ("batched", "alone")
 
 
 class CampaignError(ValueError):
@@ -96,6 +106,8 @@ class SafetySpec:
     sampling_fraction: float = 0.25
     generation_size: int = 64
     execution: str = "sync"  # "sync" | "async" (EXECUTION_MODES)
+    corpus: str = "driver"  # "driver" | "actor" (CORPUS_PLACES; actor: async with Ray workers only)
+    inference: str = "batched"  # "batched" | "alone" (INFERENCE_MODES; docs/verdicts.md)
 
 
 @dataclass
@@ -119,6 +131,8 @@ class OptimalitySpec:
     sampling_fraction: float = 0.25
     generation_size: int | None = None  # None: the fuzzer's default_generation_size (delta 8, others 64)
     execution: str = "sync"  # "sync" | "async" (EXECUTION_MODES)
+    corpus: str = "driver"  # "driver" | "actor" (CORPUS_PLACES; actor: async with Ray workers only)
+    inference: str = "batched"  # "batched" | "alone" (INFERENCE_MODES; docs/verdicts.md)
 
     def __post_init__(self):
         if self.generation_size is None and str(self.fuzzer).lower() in FUZZERS:
@@ -359,6 +373,19 @@ def _validate_search(spec, where: str) -> None:
         raise CampaignError(f"{where}.execution must be one of {', '.join(EXECUTION_MODES)} (sync: generations with "
                             f"a barrier, the reproducible default; async: steady state, every rollout actor kept "
                             f"busy), got {spec.execution!r}")
+    if spec.inference not in INFERENCE_MODES:
+        raise CampaignError(f"{where}.inference must be one of {', '.join(INFERENCE_MODES)} (batched: the search "
+                            f"acts in batches and re-runs candidates alone, the default; alone: every policy call "
+                            f"sees one observation), got {spec.inference!r}")
+    if spec.corpus not in CORPUS_PLACES:
+        raise CampaignError(f"{where}.corpus must be one of {', '.join(CORPUS_PLACES)} (driver: the fuzzer lives in "
+                            f"the driver, the default; actor: in a Ray actor, with execution: async), got {spec.corpus!r}")
+    if spec.corpus == "actor" and spec.execution != "async":
+        raise CampaignError(f"{where}.corpus: actor needs {where}.execution: async (a sync phase keeps its corpus in "
+                            f"the driver); set execution: async or drop corpus: actor")
+    if spec.corpus == "actor" and fuzzer_class(spec.fuzzer).needs_llm:
+        raise CampaignError(f"{where}.corpus: actor is not available for {spec.fuzzer} (an LLM-guided fuzzer calls the "
+                            f"driver's LLM pool); drop corpus: actor")
 
 
 def set_values(d: dict) -> dict:

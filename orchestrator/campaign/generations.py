@@ -23,19 +23,13 @@ The sampling phase spends ``sampling_fraction`` of the budget (episodes or secon
 initial corpus.
 
 ``execution: async`` (per phase; the default ``sync`` is the loop above) removes the barrier:
-the loop keeps ``executor.window`` units in flight (two per rollout actor), each unit a small
-generation of ``executor.unit_size(generation_size)`` proposals with its own number and seed;
-whenever a unit finishes (whichever first), its result is judged, observed and recorded at
-once and the freed slot gets a new proposal from the corpus as it now stands. The budget is
-honoured exactly (units are cut to what is left), the Parquet record is the same
-(``iteration`` = the unit's number; the rows of the units applied between two snapshots are
-written as one part when the snapshot is taken: ``RunStore.hold``); the one barrier left is the end of the sampling
-phase (no fuzzing proposal before every sampling result is in). Which unit finished first is
-the only nondeterminism, so the loop records the order it applied them
-(:meth:`RunFolder.applied_order_parquet`) and ``replay=`` runs a campaign in a recorded order:
-with an episode budget it gives the same proposals and verdicts. Snapshots (every
-``generation_size`` results) also hold the units in flight; a resumed run submits them again
-first. In-process (``workers: 0``) the same loop runs the units in submission order.
+:mod:`orchestrator.campaign.async_loop` keeps a window of small units in flight and applies each
+result as it arrives (the Parquet record is the same; ``iteration`` = the unit's number); the order
+it applied them is recorded (:meth:`RunFolder.applied_order_parquet`) and ``replay=`` runs a
+campaign in a recorded order: with an episode budget it gives the same proposals and verdicts.
+Snapshots (every ``generation_size`` results) also hold the units in flight; a resumed run
+submits them again first. ``corpus: actor`` puts the fuzzer in a Ray actor, restored from the
+last snapshot when it dies.
 """
 
 from __future__ import annotations
@@ -50,24 +44,18 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from orchestrator.campaign.async_loop import RemoteFuzzer, applied_order, corpus_place, run_async, write_applied_order
 from orchestrator.campaign.config import set_values
+from orchestrator.campaign.units import SEED_STREAM, apply_unit, generation_seed, next_generation_size, propose_unit  # noqa: F401
 from orchestrator.cluster.driver import CampaignMetrics
 from orchestrator.cluster.executor import Executor, resolve_workers
-from orchestrator.cluster.llm_pool import attach_llm, llm_metrics
-from orchestrator.fuzzers.base import Proposal
+from orchestrator.cluster.llm_pool import attach_llm
 from orchestrator.runs import tracking
 from orchestrator.runs.files import damaged_error, damaged_parts
 from orchestrator.runs.layout import SNAPSHOT_PREFIX, RunFolder
 from orchestrator.runs.store import StoreError, atomic_write_bytes
 
-# each phase draws its episode seeds from its own stream of the campaign seed
-SEED_STREAM = {"safety": 0, "optimality": 500_000}
-
-
-def generation_seed(campaign_seed: int, phase: str, generation: int) -> int:
-    """The seed of one generation's episodes (``deltarl replay`` re-runs a bug with it)."""
-    return int(campaign_seed) * 1_000_003 + SEED_STREAM[phase] + int(generation)
-
+__all__ = ["LoopState", "Phase", "applied_order", "generation_seed", "run_phase", "snapshot", "restore"]
 
 @dataclass
 class LoopState:
@@ -159,30 +147,6 @@ def mlflow_metrics(metrics: dict) -> dict:
 
 
 # -- budget ------------------------------------------------------------------------------------
-def next_generation_size(spec, done: int, st, fuzzer, size: int | None = None, flying: int = 0) -> int | None:
-    """The size of the next generation (or async unit: ``size``) under ``spec``'s budget after
-    ``done`` episodes (test cases; in async mode, proposals issued) and ``st.elapsed`` seconds, or
-    None when the budget is spent. Moves ``st`` and the fuzzer to the fuzzing phase once the
-    sampling share of the budget is spent; while ``flying`` units of it are not yet applied it
-    returns 0 instead (wait: fuzzing proposals need the whole initial corpus)."""
-    b = spec.budget
-    left = None if b.episodes is None else b.episodes - done
-    if (left is not None and left <= 0) or (b.seconds is not None and st.elapsed >= b.seconds):
-        return None
-    sampling_n = int(round(spec.sampling_fraction * b.episodes)) if b.episodes else None
-    sampling_s = spec.sampling_fraction * b.seconds if b.seconds else None
-    if st.phase == "sampling" and ((sampling_n is not None and done >= sampling_n)
-                                   or (sampling_s is not None and st.elapsed >= sampling_s)):
-        if flying:
-            return 0
-        st.phase = "fuzzing"
-        fuzzer.start_phase("fuzzing")
-    n = spec.generation_size if size is None else size
-    if st.phase == "sampling" and sampling_n is not None:
-        n = min(n, sampling_n - done)
-    return n if left is None else min(n, left)
-
-
 # -- snapshots ---------------------------------------------------------------------------------
 def committed_parts(run_dir: Path) -> list[str]:
     return sorted(str(p.relative_to(run_dir)) for d in ("steps", "episodes") for p in (run_dir / d).glob("*.parquet"))
@@ -286,6 +250,12 @@ def plan_executor(phase: Phase, st: LoopState) -> tuple[int, str]:
     return resolve_workers(phase.campaign.workers, episodes=episodes, seconds=seconds)
 
 
+def inference_alone(spec) -> bool:
+    """``inference: alone``: every policy call of the phase sees one observation, so its episodes
+    are the agents as deployed and candidates need no re-run (orchestrator.campaign.confirm)."""
+    return getattr(spec, "inference", "batched") == "alone"
+
+
 def execution_mode(spec) -> str:
     return getattr(spec, "execution", "sync") or "sync"
 
@@ -305,11 +275,14 @@ def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bo
             workers, why = plan_executor(phase, st)
         else:
             workers, why = executor.workers, executor.reason or "the caller's executor"
+            if getattr(executor, "alone", False) != inference_alone(spec):
+                raise ValueError(f"the phase asks for inference: {getattr(spec, 'inference', 'batched')}, the executor "
+                                 f"given runs {'alone' if getattr(executor, 'alone', False) else 'batched'}")
         llm_pool = attach_llm(fuzzer, campaign, phase.run.root, use_ray=workers > 0)  # LLM-guided fuzzers only
         if own:
             executor = Executor(phase.scenario, phase.uris, workers=workers, batch_size=campaign.batch_size,
                                 scenario_overrides=campaign.scenario_overrides, policies=phase.policies, reason=why,
-                                name=f"{campaign.name}/{phase.name}")
+                                name=f"{campaign.name}/{phase.name}", alone=inference_alone(spec))
     except BaseException:
         if llm_pool is not None:
             llm_pool.close()
@@ -326,6 +299,12 @@ def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bo
             st.window = int(replay["window"]) if replay is not None else executor.window
             st.unit_size = int(replay["unit_size"]) if replay is not None else executor.unit_size(spec.generation_size)
         phase.executor_info.update(execution="async", window=st.window, unit_size=st.unit_size)
+    local_fuzzer, remote = fuzzer, None
+    if mode == "async":
+        place, why_place = corpus_place(spec, executor)
+        phase.executor_info.update(corpus=place, corpus_reason=why_place)
+        if place == "actor":  # the phase's fuzzer is the corpus actor's from here to the summary
+            remote = phase.fuzzer = RemoteFuzzer(fuzzer, name=f"{campaign.name}/{phase.name}/corpus")
     ray_metrics = CampaignMetrics(campaign.name, phase.name)
     budget_n, budget_s = spec.budget.episodes, spec.budget.seconds
     desc = f"{'' if phase.name == 'safety' else phase.name + ' '}{spec.fuzzer} {phase.scenario.name}"
@@ -346,9 +325,9 @@ def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bo
         n, unreported[0] = unreported[0], 0
         if mode == "async":
             phase.store.flush()  # the units applied since the last snapshot, as one part
-            _write_applied_order(phase, st)
+            write_applied_order(phase, st)
         phase.commit(st)
-        snapshot(phase.run, phase.name, fuzzer, st)
+        snapshot(phase.run, phase.name, phase.fuzzer, st)
         if mlrun:
             mlrun.log_metrics(mlflow_metrics({k: v for k, v in row.items() if k not in ("generation", "phase")}),
                               step=st.done)
@@ -360,21 +339,28 @@ def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bo
     try:
         if mode == "async":
             phase.store.hold()
-            _run_async(phase, st, executor, t_start, after, replay)
+            run_async(phase, st, executor, t_start, after, replay)
         else:
             while (n := next_generation_size(spec, st.done, st, fuzzer)) is not None:
                 after(_one_generation(phase, st, n, executor, t_start), n)
+        if remote is not None:
+            phase.executor_info.update(corpus_restores=remote.restores, corpus_seconds=round(remote.corpus_seconds, 3))
+        summary = _with_llm_figures(phase, phase.summarize(st))
+        if remote is not None:  # the driver's fuzzer takes the actor's final state (a later phase reads it)
+            local_fuzzer.load_state_dict(remote.state_dict())
     except BaseException:
         if mlrun:
             mlrun.end("FAILED")
         raise
     finally:
         bar.close()
+        if remote is not None:
+            remote.close()
+            phase.fuzzer = local_fuzzer
         if own:
             executor.close()
         if llm_pool is not None:
             llm_pool.close()
-    summary = _with_llm_figures(phase, phase.summarize(st))
     if mlrun:
         mlrun.log_metrics(mlflow_metrics({k: v for k, v in summary.items() if isinstance(v, (int, float))}), step=st.done)
         mlrun.log_artifact(phase.run.summary_json(phase.name))
@@ -405,114 +391,10 @@ def _with_llm_figures(phase: Phase, summary: dict) -> dict:
 
 
 def _one_generation(phase: Phase, st: LoopState, n: int, executor: Executor, t_start: float) -> dict:
-    unit = _propose_unit(phase, st, n)
+    unit = propose_unit(phase, st, n)
     t_roll = time.perf_counter()
     result = executor.run(unit["states"], seed=unit["gen_seed"], repeats=phase.repeats)
     st.rollout_seconds += time.perf_counter() - t_roll
-    row = _apply(phase, st, unit, result, t_start)
+    row = apply_unit(phase, st, unit, result, t_start)
     st.generation += 1
     return row
-
-
-def _propose_unit(phase: Phase, st: LoopState, n: int) -> dict:
-    """The fuzzer's next ``n`` proposals as a unit numbered ``st.generation`` (its seed follows)."""
-    proposal = phase.fuzzer.propose(n)
-    states = phase.scenario.validate(proposal.states)
-    # the proposal as plain arrays (snapshots hold units in flight; dataclasses.asdict would flatten a Proposal)
-    return {"generation": st.generation, "proposed": proposal.states, "tags": dict(proposal.tags),
-            "states": states, "n": n, "phase": st.phase,
-            "gen_seed": generation_seed(phase.campaign.seed, phase.name, st.generation)}
-
-
-def _apply(phase: Phase, st: LoopState, unit: dict, result, t_start: float) -> dict:
-    """Judge, observe and record one unit's result; its timeline row. ``st.generation`` reads as
-    the unit's number while the phase records it (async units finish out of order)."""
-    issued, st.generation = st.generation, unit["generation"]
-    try:
-        gen_seed, states = unit["gen_seed"], unit["states"]
-        proposal = Proposal(unit["proposed"], dict(unit["tags"]))
-        phase.fuzzer.observe(proposal, phase.judge(states, result, gen_seed))
-        st.elapsed = time.perf_counter() - t_start
-        metrics = phase.record(st, states, result, gen_seed)
-    finally:
-        st.generation = issued
-    n = unit["n"]
-    st.done += n
-    if st.phase == "sampling":
-        st.sampling_done += n
-    row = {"generation": unit["generation"], "phase": st.phase, phase.count_name: st.done, "wall_time": st.elapsed,
-           **metrics, **llm_metrics(phase.fuzzer)}
-    st.timeline.append(row)
-    return row
-
-
-# -- execution: async ----------------------------------------------------------------------------
-def _run_async(phase: Phase, st: LoopState, executor: Executor, t_start: float, after, replay: dict | None) -> None:
-    """The steady-state loop (``execution: async``): see the module's docstring."""
-    spec, fuzzer = phase.spec, phase.fuzzer
-    unit = st.unit_size
-    order = None if replay is None else list(replay["order"])
-    flying: dict = {}
-    for u in st.in_flight:  # a resumed run: the units issued before the snapshot run again
-        executor.submit(u["generation"], u["states"], seed=u["gen_seed"], repeats=phase.repeats)
-        flying[u["generation"]] = u
-    issued = st.done + sum(u["n"] for u in flying.values())
-
-    def fill() -> None:
-        nonlocal issued
-        while len(flying) < st.window:
-            n = next_generation_size(spec, issued, st, fuzzer, size=unit, flying=len(flying))
-            if not n:
-                break
-            u = _propose_unit(phase, st, n)
-            st.generation += 1
-            executor.submit(u["generation"], u["states"], seed=u["gen_seed"], repeats=phase.repeats)
-            flying[u["generation"]] = u
-            issued += n
-        st.in_flight = list(flying.values())
-
-    fill()
-    while flying:
-        key = None
-        if order is not None:
-            if len(st.applied) >= len(order) or order[len(st.applied)] not in flying:
-                raise StoreError(f"replay: the recorded order has unit {order[len(st.applied)] if len(st.applied) < len(order) else 'none'} "
-                                 f"next ({len(st.applied)} applied), but the units in flight are {sorted(flying)}: "
-                                 f"the replayed campaign differs from the recorded one (budget, window, seed)")
-            key = order[len(st.applied)]
-        t_roll = time.perf_counter()
-        g, result = executor.next_result(key)
-        st.rollout_seconds += time.perf_counter() - t_roll
-        u = flying.pop(g)
-        row = _apply(phase, st, u, result, t_start)
-        st.applied.append({"applied": len(st.applied), "generation": int(g), "gen_seed": int(u["gen_seed"]),
-                           phase.count_name: int(u["n"]), "phase": u["phase"], "window": int(st.window),
-                           "unit_size": int(st.unit_size),
-                           "wall_time": float(st.elapsed)})
-        fill()
-        g_size = max(1, int(spec.generation_size))
-        save = not flying or st.done // g_size > (st.done - u["n"]) // g_size
-        after(row, u["n"], save=save)
-
-
-def _write_applied_order(phase: Phase, st: LoopState) -> None:
-    import pandas as pd
-    import pyarrow as pa
-
-    phase.run.write_table(phase.run.applied_order_parquet(phase.name),
-                          pa.Table.from_pandas(pd.DataFrame(st.applied), preserve_index=False))
-
-
-def applied_order(run_dir, phase: str = "safety") -> dict:
-    """The recorded order of an async phase in ``run_dir``: ``{"order": [unit numbers], "window",
-    "unit_size"}`` (what ``run_phase(..., replay=)`` follows)."""
-    import pyarrow.parquet as pq
-
-    path = RunFolder(run_dir).applied_order_parquet(phase)
-    if not path.is_file():
-        raise StoreError(f"{path} does not exist: only a phase run with execution: async records its applied order")
-    t = pq.read_table(path).to_pydict()
-    window, unit = set(t["window"]), set(t["unit_size"])
-    if len(window) != 1 or len(unit) != 1:
-        raise StoreError(f"{path}: the window or unit size changed within the run ({sorted(window)}, {sorted(unit)})")
-    return {"order": [int(g) for g in t["generation"]], "window": int(window.pop()), "unit_size": int(unit.pop())}

@@ -39,6 +39,7 @@ from orchestrator.campaign.generations import (
     LoopState,
     Phase,
     committed_by,
+    inference_alone,
     restore,
     run_phase,
 )
@@ -113,9 +114,14 @@ class OptimalityPhase(Phase):
         r_aut, r_ca = _returns_matrix(result, n, self.repeats)
         cand_bug, cand_p = self.oracle.judge(r_aut, r_ca)
         cand = np.flatnonzero(cand_bug)
-        confirmer = Confirmer(self.scenario, self.policies)
-        ok, p_alone, a_alone, c_alone = confirmer.bugs(states, cand, gen_seed, self.repeats, self.oracle)
-        self._confirm_seconds = confirmer.seconds
+        if inference_alone(self.spec):  # both agents acted alone in these very episodes: nothing to re-run
+            ok, p_alone = np.ones(cand.size, bool), np.asarray(cand_p, float)[cand]
+            a_alone, c_alone = r_aut[cand], r_ca[cand]
+            self._confirm_seconds = 0.0
+        else:
+            confirmer = Confirmer(self.scenario, self.policies)
+            ok, p_alone, a_alone, c_alone = confirmer.bugs(states, cand, gen_seed, self.repeats, self.oracle)
+            self._confirm_seconds = confirmer.seconds
         bug = np.zeros(n, bool)
         bug[cand[ok]] = True
         self._verdict = (r_aut, r_ca, cand, cand_p, ok, p_alone, a_alone, c_alone)
@@ -177,7 +183,8 @@ class OptimalityPhase(Phase):
             "fuzzer": spec.fuzzer, "params": spec.params, "oracle": oracle.kind, "repeats": oracle.repeats,
             "delta": spec.delta, "alpha": getattr(oracle, "alpha", None), "seed": c.seed,
             "cases": st.done, "sampling_cases": st.sampling_done, "generations": st.generation,
-            "wall_seconds": st.elapsed, **m, "flaky_bugs": len(st.flaky), "confirm_seconds": st.confirm_seconds,
+            "wall_seconds": st.elapsed, "rollout_seconds": st.rollout_seconds, **m, "flaky_bugs": len(st.flaky),
+            "confirm_seconds": st.confirm_seconds,
             **self.executor_info,
             "grid_intervals": self.scenario.grid_intervals,
             "distance_units": "raw initial-state units (the paper's scale)",

@@ -113,7 +113,8 @@ def summary_table(results: dict) -> str:
     for name, summary in (("safety", s), ("optimality", o)):
         if summary and summary.get("executor"):
             why = f" ({summary['executor_reason']})" if summary.get("executor_reason") else ""
-            files.append(f"{name + ' ran':<18}{summary['executor']}{why}")
+            alone = ", every agent acting alone (inference: alone)" if summary.get("inference") == "alone" else ""
+            files.append(f"{name + ' ran':<18}{summary['executor']}{alone}{why}")
     for c in results.get("challengers") or []:
         if c.get("placement"):
             files.append(f"{c['config']['algo'] + ' trained':<18}{c['placement']}")

@@ -21,7 +21,7 @@ import pyarrow as pa
 from orchestrator.analysis.diversity import failure_diversity
 from orchestrator.analysis.evaluation import shared_policy
 from orchestrator.campaign.confirm import Confirmer
-from orchestrator.campaign.generations import LoopState, Phase, restore, run_phase
+from orchestrator.campaign.generations import LoopState, Phase, inference_alone, restore, run_phase
 from orchestrator.fuzzers import Feedback, make_fuzzer
 from orchestrator.runs.files import new_run_id
 from orchestrator.runs.layout import RunFolder
@@ -59,9 +59,12 @@ class SafetyPhase(Phase):
         ids = self.store.write(result, phase=st.phase, fuzzer=self.spec.fuzzer, iteration=st.generation,
                                wall_time=st.elapsed, policy_sha256=self.policy_hashes["aut"])
         cand = np.flatnonzero(result.failure)  # one episode per state, in state order
-        confirmer = Confirmer(self.scenario, self.policies)
-        alone, solo_returns = confirmer.failures(states, cand, gen_seed)
-        st.confirm_seconds += confirmer.seconds
+        if inference_alone(self.spec):  # the AUT acted alone in these very episodes: nothing to re-run
+            alone, solo_returns = np.ones(cand.size, bool), np.asarray(result.returns, float)[cand]
+        else:
+            confirmer = Confirmer(self.scenario, self.policies)
+            alone, solo_returns = confirmer.failures(states, cand, gen_seed)
+            st.confirm_seconds += confirmer.seconds
         for k, i in enumerate(cand):
             row = {"generation": st.generation, "state_index": int(i), "gen_seed": gen_seed, "state": states[i].tolist(),
                    "aut_return": float(solo_returns[k]), "batched_aut_return": float(result.returns[i]),

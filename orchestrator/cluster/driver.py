@@ -335,11 +335,14 @@ def rollout_actor_class(num_gpus: float = 0.0, num_cpus: float = 1.0, max_restar
 
 
 
-def corpus_actor_class():
-    """``orchestrator.fuzzers.corpus.Corpus`` as a Ray actor (no CPU reserved: it only holds state)."""
+def corpus_actor_class(holder=None):
+    """``holder`` (default :class:`~orchestrator.fuzzers.corpus.Corpus`; ``FuzzerHost``: a whole
+    fuzzer, ``corpus: actor``) as a Ray actor, no CPU reserved. Ray does not restart it: a
+    restarted one would hold a fresh corpus; its driver-side handle restores it from the last
+    snapshot instead (``orchestrator.cluster.corpus_actor.RemoteFuzzer``)."""
     import ray
 
-    return ray.remote(num_cpus=0)(Corpus)
+    return ray.remote(num_cpus=0, max_restarts=0)(holder or Corpus)
 
 
 
@@ -365,9 +368,9 @@ class RolloutPool:
 
     def __init__(self, scenario: str, policy_uris: dict[str, str], *, workers: int = 2, batch_size: int = 256,
                  scenario_overrides: dict | None = None, in_flight: int = 2, device: str | None = None,
-                 name: str | None = None, worker_cls=None, num_cpus: float = 1.0):
+                 name: str | None = None, worker_cls=None, num_cpus: float = 1.0, alone: bool = False):
         """``name`` (e.g. ``"quickstart/safety"``) names the actors ``<name>/rollout-<i>``, as the
-        dashboard lists them."""
+        dashboard lists them; ``alone``: every policy call of the actors sees one observation."""
         import ray
 
         if workers < 1:
@@ -381,7 +384,8 @@ class RolloutPool:
         self.name = name
         self.actors = [
             _named(actor_cls, f"{name}/rollout-{i}" if name else None).remote(
-                scenario, policy_uris, scenario_overrides=scenario_overrides, device=device, batch_size=batch_size)
+                scenario, policy_uris, scenario_overrides=scenario_overrides, device=device, batch_size=batch_size,
+                alone=alone)
             for i in range(workers)
         ]
         ray.get([a.ping.remote() for a in self.actors])  # surface load errors now, not mid-run

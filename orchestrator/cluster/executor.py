@@ -113,10 +113,12 @@ class Executor:
 
     def __init__(self, scenario, uris: dict[str, str], *, workers: int = 0, batch_size: int = 256,
                  scenario_overrides: dict | None = None, policies: dict | None = None, dashboard: bool | None = None,
-                 reason: str = "", name: str | None = None, worker_cls=None):
+                 reason: str = "", name: str | None = None, worker_cls=None, alone: bool = False):
         """``worker_cls``: a :class:`~workers.rollout.RolloutWorker` subclass to run instead (the
-        async scaling benchmark injects per-episode delays with one)."""
+        async scaling benchmark injects per-episode delays with one). ``alone``: every policy call
+        sees one observation (a phase's ``inference: alone``; its episodes are the agent as deployed)."""
         self.workers = int(workers)
+        self.alone = bool(alone)
         self.reason = reason
         self.batch_size = int(batch_size)
         self.startup_seconds = 0.0
@@ -124,7 +126,8 @@ class Executor:
         overrides = dict(scenario_overrides or {})
         if self.workers == 0:
             self.local = (worker_cls or RolloutWorker)(scenario.name, uris, scenario_overrides=overrides,
-                                                       batch_size=batch_size, scenario_obj=scenario, policies=policies)
+                                                       batch_size=batch_size, scenario_obj=scenario, policies=policies,
+                                                       alone=self.alone)
             self.policy_hashes = self.local.policy_hashes()
             self.pool = None
         else:
@@ -135,7 +138,7 @@ class Executor:
             t0 = time.perf_counter()
             start_ray(num_cpus=max(self.workers, os.cpu_count() or 1), dashboard=dashboard)
             self.pool = RolloutPool(scenario.name, uris, workers=self.workers, batch_size=batch_size,
-                                    scenario_overrides=overrides, name=name, worker_cls=worker_cls)
+                                    scenario_overrides=overrides, name=name, worker_cls=worker_cls, alone=self.alone)
             self.policy_hashes = dict(self.pool.policy_hashes)
             self.startup_seconds = time.perf_counter() - t0
 
@@ -145,7 +148,7 @@ class Executor:
 
     def describe(self) -> dict:
         """What ran and why, for a phase summary."""
-        return {"executor": self.kind, "executor_reason": self.reason,
+        return {"executor": self.kind, "executor_reason": self.reason, "inference": "alone" if self.alone else "batched",
                 "executor_startup_seconds": round(self.startup_seconds, 3)}
 
     def stream(self, states: np.ndarray, *, seed: int, repeats: int = 1, max_steps: int | None = None,

@@ -73,6 +73,33 @@ from orchestrator.fuzzers.rnd import RND, evenly_spaced
 COMPONENTS = ("diversity", "regret", "inconsistency")
 ENERGIES = ("normalized", "literal")
 RND_UPDATES = ("trajectory", "generation")
+DIVERSITY_REFRESHES = ("stacked", "rebuild")
+
+
+class TrajectoryStack:
+    """The corpus seeds' thinned trajectories as one growing array, in corpus order (appended as
+    seeds join; capacity doubles), with their lengths: what the diversity refresh passes to
+    :meth:`RND.stacked_novelty` without concatenating every seed's trajectory anew."""
+
+    def __init__(self, dim: int):
+        self.dim, self.rows, self.count = int(dim), np.zeros((0, int(dim)), np.float32), 0
+        self.lengths: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def append(self, traj) -> None:
+        t = np.asarray(traj, np.float32).reshape(-1, self.dim)
+        if self.count + t.shape[0] > self.rows.shape[0]:
+            grown = np.zeros((max(2 * self.rows.shape[0], self.count + t.shape[0], 1024), self.dim), np.float32)
+            grown[:self.count] = self.rows[:self.count]
+            self.rows = grown
+        self.rows[self.count:self.count + t.shape[0]] = t
+        self.count += t.shape[0]
+        self.lengths.append(t.shape[0])
+
+    def states(self) -> np.ndarray:
+        return self.rows[:self.count]
 
 
 def regret(r_ca, r_aut, clip: float = 20.0) -> np.ndarray:
@@ -144,7 +171,11 @@ class Delta(Fuzzer):
     ``rnd_hidden`` = 64, ``rnd_out`` = 16, ``rnd_lr`` = 1e-3, ``rnd_l2`` = 1e-4, ``rnd_batch`` = 256,
     ``rnd_update`` = "trajectory" (Adam steps on each evaluated trajectory) or "generation"
     (the pooled states of a generation), ``rnd_updates_per_episode`` = 1 (an integer in
-    trajectory mode), ``rnd_states_per_episode`` = 64 (D's estimate; 0 = every state)."""
+    trajectory mode), ``rnd_states_per_episode`` = 64 (D's estimate; 0 = every state);
+    ``diversity_refresh`` = "stacked" (the seeds' trajectories kept stacked for the refresh of
+    every seed's D after each observe) or "rebuild" (stacked anew each time; the same bits),
+    ``diversity_refresh_every`` = 1 (k > 1: every seed's D is refreshed after every k-th observe
+    only, a stale-D approximation that divides the refresh's O(corpus) cost by k; not the paper's)."""
 
     name = "delta"
     needs_challenger = True
@@ -155,7 +186,8 @@ class Delta(Fuzzer):
                  without=(), lsh_bits: int = 16, regret_clip: float = 20.0, mutation_scale: float | None = None,
                  rnd_hidden=64, rnd_out: int = 16, rnd_lr: float = 1e-3, rnd_l2: float = 1e-4, rnd_batch: int = 256,
                  rnd_update: str = "trajectory", rnd_updates_per_episode: float = 1.0,
-                 rnd_states_per_episode: int = 64, **params):
+                 rnd_states_per_episode: int = 64, diversity_refresh: str = "stacked",
+                 diversity_refresh_every: int = 1, **params):
         super().__init__(scenario, seed, **params)
         without = [without] if isinstance(without, str) else list(without or [])
         bad = [w for w in without if w not in COMPONENTS]
@@ -186,12 +218,20 @@ class Delta(Fuzzer):
             raise ValueError("delta: rnd_updates_per_episode must be >= 0, and a whole number of Adam steps per "
                              f"trajectory with rnd_update: trajectory; got {rnd_updates_per_episode!r}")
         self.rnd_states_per_episode = int(rnd_states_per_episode)
+        if diversity_refresh not in DIVERSITY_REFRESHES:
+            raise ValueError(f"delta: unknown diversity_refresh {diversity_refresh!r}; choose from "
+                             f"{', '.join(DIVERSITY_REFRESHES)}")
+        self.diversity_refresh = diversity_refresh
+        if int(diversity_refresh_every) != diversity_refresh_every or diversity_refresh_every < 1:
+            raise ValueError(f"delta: diversity_refresh_every must be a whole number >= 1, got {diversity_refresh_every!r}")
+        self.diversity_refresh_every = int(diversity_refresh_every)
         sub = np.random.default_rng(self.rng.integers(2**63 - 1, size=2))
         self.rnd = RND(scenario.obs_dim, hidden=rnd_hidden, out_dim=rnd_out, lr=rnd_lr, l2=rnd_l2,
                        batch_size=rnd_batch, seed=int(sub.integers(2**31 - 1)))
         self.lsh = LSH(scenario.obs_dim, lsh_bits, seed=int(sub.integers(2**31 - 1)))
         self.corpus = Corpus(scenario.state_dim)
         self._traj: dict[int, np.ndarray] = {}  # corpus id -> thinned AUT trajectory (for D)
+        self._stack = TrajectoryStack(scenario.obs_dim)  # the same, stacked in corpus order (rebuilt on load)
         self.generation = 0
         self.last_observed: dict = {}
         self.counters = self._fresh_counters()
@@ -308,8 +348,11 @@ class Delta(Fuzzer):
         if add.any():
             ids = c.add(proposal.states[add], energy=0.0, diversity=D[add], regret=A[add], gap=gap[add],
                         inconsistency=I[add], generation=float(self.generation))
+            in_step = len(self._stack) == len(c) - len(ids)  # else rebuilt when next needed
             for sid, t in zip(ids, (aut[i] for i in np.flatnonzero(add))):
                 self._traj[int(sid)] = t
+                if in_step:
+                    self._stack.append(t)
 
         # P learns the AUT states just evaluated; then every seed's D and energy are recomputed
         if not first:
@@ -323,10 +366,25 @@ class Delta(Fuzzer):
             steps = math.ceil(self.rnd_updates_per_episode * n)
             if steps:
                 self.rnd.train(visited, steps=steps)
-        if len(c) and self.alpha > 0:
-            c.scores["diversity"][:] = self.rnd.trajectory_novelty([self._traj[int(i)] for i in c.ids])
+        if len(c) and self.alpha > 0 and self.generation % self.diversity_refresh_every == 0:
+            c.scores["diversity"][:] = self._corpus_diversity()
         self._refresh_energy()
         self.generation += 1
+
+    def _corpus_diversity(self) -> np.ndarray:
+        """D of every corpus seed under the predictor as it now stands (Eq. 3): one forward pass
+        over ``len(corpus) × rnd_states_per_episode`` states, the cost that grows with the corpus
+        (benchmarks/corpus_cost.py). ``diversity_refresh="rebuild"``: the seeds' trajectories are
+        concatenated anew (the former code); ``"stacked"`` (default): they are kept stacked as
+        seeds join. Both give the same bits."""
+        c = self.corpus
+        if self.diversity_refresh == "rebuild":
+            return self.rnd.trajectory_novelty([self._traj[int(i)] for i in c.ids])
+        if len(self._stack) != len(c):  # after load_state_dict (Delta never removes a seed)
+            self._stack = TrajectoryStack(self.scenario.obs_dim)
+            for i in c.ids:
+                self._stack.append(self._traj[int(i)])
+        return self.rnd.stacked_novelty(self._stack.states(), self._stack.lengths)
 
     # -- logging and snapshots -------------------------------------------------------------
     def decision_shares(self) -> dict:
@@ -364,6 +422,7 @@ class Delta(Fuzzer):
         self.rnd.load_state_dict(state["rnd"])
         self.lsh.planes = np.array(state["lsh_planes"])
         self._traj = {int(i): np.asarray(t) for i, t in zip(state["traj_ids"], state["trajs"])}
+        self._stack = TrajectoryStack(self.scenario.obs_dim)
         self.generation = int(state["generation"])
         self.counters = {**self._fresh_counters(), **dict(state["counters"])}
         if len(self.corpus) and any("term_" + k not in self.corpus.scores for k in COMPONENTS):

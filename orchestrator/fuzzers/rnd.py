@@ -149,7 +149,7 @@ class RND:
         for i in range(n_layers):
             x = F.linear(x, params[2 * i], params[2 * i + 1])
             if i < n_layers - 1:
-                x = torch.relu(x)
+                x = torch.relu_(x)  # in place (a fresh tensor; no autograd here): the same values
         return x
 
     def _check(self, states) -> np.ndarray:
@@ -180,9 +180,19 @@ class RND:
         lengths = np.array([np.shape(t)[0] for t in trajectories], dtype=np.int64)
         if lengths.sum() == 0:
             return np.full(len(trajectories), np.nan)
-        per_state = self.novelty(np.concatenate([self._check(t) for t in trajectories if len(t)], axis=0))
+        return self.stacked_novelty(np.concatenate([self._check(t) for t in trajectories if len(t)], axis=0),
+                                    lengths)
+
+    def stacked_novelty(self, states, lengths) -> np.ndarray:
+        """:meth:`trajectory_novelty` of trajectories given as one array of their states, one
+        trajectory after the other, and their ``lengths`` (bit for bit the same: a caller that
+        keeps its trajectories stacked saves concatenating them on every call)."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if lengths.sum() == 0:
+            return np.full(len(lengths), np.nan)
+        per_state = self.novelty(states)
         sums = np.add.reduceat(per_state, np.concatenate([[0], np.cumsum(lengths)[:-1]])[lengths > 0])
-        out = np.full(len(trajectories), np.nan)
+        out = np.full(len(lengths), np.nan)
         out[lengths > 0] = sums / lengths[lengths > 0]
         return out
 
