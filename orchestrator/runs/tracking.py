@@ -407,4 +407,10 @@ def _writer_main() -> int:
 
 
 if __name__ == "__main__":  # python -m orchestrator.runs.tracking  (the writer process)
-    sys.exit(_writer_main())
+    code = _writer_main()
+    # Everything is written (MLflow commits each call) and the caller has its "done" line: leave
+    # without the interpreter's teardown of MLflow and SQLAlchemy, which the campaign waited for in
+    # AsyncRun.end (seconds per MLflow run; docs/performance.md, issue #20)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
