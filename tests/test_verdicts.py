@@ -159,6 +159,8 @@ safety: {fuzzer: random, budget: {episodes: 128}, generation_size: 64}
     assert out["failures"] == (0 if run.failures() is None else len(run.failures()))
     eps = pd.read_parquet(run.root / "episodes")
     assert eps["failure"].sum() == out["failures"] + out["flaky_failures"]  # the batched record keeps both
+    # the phase's clock holds the re-runs, the last generation's included
+    assert out["wall_seconds"] >= out["rollout_seconds"] + out["confirm_seconds"] > out["rollout_seconds"]
 
 
 class WeakBatchSensitive(BatchSensitive):
