@@ -435,6 +435,9 @@ def test_cuda_requested_without_cuda(mlps):
     ("BipedalWalker", "zoo:BipedalWalker"),  # rl-zoo PPO with its normaliser
     ("CartPole-v1", "python:workers.examples:cartpole_balancer"),
     ("CartPole-v1", "random:3"),
+    ("Hopper-v5", "sb3:SAC"),  # squashed Box actions: unscale_action
+    ("CartPole-v1", "sb3:PPO"),  # a distribution's mode
+    ("CartPole-v1", "sb3:DQN"),
 ])
 def test_act_alone_equals_acting_on_each_row_by_itself(tmp_path, scenario, uri):
     """`act_alone` (what confirmation and replay use) gives bit for bit the actions of calling
@@ -449,6 +452,15 @@ def test_act_alone_equals_acting_on_each_row_by_itself(tmp_path, scenario, uri):
     if uri == "onnx":
         uri = str(export_mlp_onnx(tmp_path / "p.onnx", sc.obs_dim, sc.action.size, hidden=(64, 64), seed=1,
                                   discrete=False))
+    if uri.startswith("sb3:"):  # an untrained SB3 model of that algorithm, saved as users save them
+        import gymnasium as gym
+        import stable_baselines3 as sb3
+
+        env = gym.make(scenario)
+        model = getattr(sb3, uri[4:])("MlpPolicy", env, device="cpu", seed=0, policy_kwargs={"net_arch": [32, 32]})
+        model.save(str(tmp_path / "m.zip"))
+        env.close()
+        uri = str(tmp_path / "m.zip")
     obs = np.random.default_rng(5).normal(size=(33, sc.obs_dim)).astype(np.float64)
     one, alone = load_policy(uri, sc), load_policy(uri, sc)
     rows = np.concatenate([one.act(obs[j:j + 1]) for j in range(len(obs))])

@@ -419,6 +419,34 @@ class SB3Policy(Policy):
             actions, _ = self.model.predict(obs, deterministic=True)
         return np.asarray(actions)
 
+    def _forward_alone(self, obs):
+        return sb3_predict_rows(self.model, obs)
+
+
+def sb3_predict_rows(model, obs: np.ndarray) -> np.ndarray:
+    """What ``model.predict(obs[j:j + 1], deterministic=True)`` returns for every row ``j``,
+    stacked: each row goes through SB3's own ``obs_to_tensor`` and the policy's ``_predict`` as a
+    batch of one (the call a deployed agent makes), while what ``predict`` does around it per call
+    is done once: the switch to eval mode (a walk over every module) and the output conversion
+    (reshape, then ``unscale_action`` or the clip to the action bounds: element-wise, so once for
+    the stacked rows gives what each row gives; tests/test_policies.py checks it bit for bit)."""
+    from gymnasium import spaces
+
+    policy = model.policy
+    policy.set_training_mode(False)
+    with torch.inference_mode():
+        ys = []
+        for j in range(obs.shape[0]):
+            tensor, _ = policy.obs_to_tensor(obs[j:j + 1].copy())
+            ys.append(policy._predict(tensor, deterministic=True))
+        actions = torch.cat(ys).cpu().numpy().reshape((-1, *policy.action_space.shape))
+    if isinstance(policy.action_space, spaces.Box):
+        if policy.squash_output:
+            actions = policy.unscale_action(actions)
+        else:
+            actions = np.clip(actions, policy.action_space.low, policy.action_space.high)
+    return actions
+
 
 def _sb3_candidates(data: dict) -> list[str]:
     module = ""

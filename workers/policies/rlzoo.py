@@ -434,3 +434,9 @@ class RLZooPolicy(Policy):
         with torch.inference_mode():
             actions, _ = self.model.predict(obs, deterministic=True)
         return np.asarray(actions)
+
+    def _forward_alone(self, obs):
+        # the normaliser is element-wise (the same values for a row alone or in the batch)
+        from workers.policies.formats import sb3_predict_rows
+
+        return sb3_predict_rows(self.model, self.normalizer(obs) if self.normalizer is not None else obs)
