@@ -11,7 +11,8 @@ agent as deployed (docs/verdicts.md):
 Campaigns: the quick start as shipped; Hopper-v5 with the project's SAC (``zoo:Hopper-v5``, which
 fails from most initial states: the costliest case for re-running), batched and alone; Walker2d-v5
 with the rl-baselines3-zoo SAC from ``../shared/data/rlzoo`` (100% success: failures are rare), when
-that folder is there.
+that folder is there. A campaign run both ways trains its challenger once: the ``alone`` run tests
+against the ``batched`` run's challenger.
 
     python benchmarks/confirmation_cost.py                 # everything (~10-20 min on 2 cores)
     python benchmarks/confirmation_cost.py --quick         # quarter budgets
@@ -121,10 +122,18 @@ def main() -> None:
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     with tempfile.TemporaryDirectory() as tmp:
         for key, name, c, modes in plan:
-            baseline = None
+            baseline, trained = None, None
             for mode in modes:
                 out = Path(tmp) / f"{key}-{mode}"
-                res = _run(_with_inference(c, mode) if key != "quickstart" else c, out)
+                run = _with_inference(c, mode) if key != "quickstart" else c
+                if trained:  # the second run tests against the first run's challenger (one training, one opponent)
+                    run.pop("challenger", None)
+                    run["optimality"]["challenger"] = trained
+                res = _run(run, out)
+                if res.get("optimality") and not trained:
+                    trained = res["optimality"]["challenger"]
+                    if not Path(trained).is_absolute():
+                        trained = str(out / trained)
                 lines += _rows(name, mode, res, out, baseline)
                 if mode == "batched":
                     baseline = _per_step(res, out)
