@@ -238,3 +238,35 @@ def test_challenger_cache_reuses_training_on_the_same_D(cartpole_run, tmp_path, 
     third = train_run_challenger(twin, "bc", steps=31, out=tmp_path / "c", eval_episodes=3, mlflow=False,
                                  progress=False)
     assert "from_cache" not in third and len(list((tmp_path / "cache").iterdir())) == 2
+
+
+def test_the_vectorised_observation_scaler_fit_is_d3rlpys_bit_for_bit():
+    """`fit_standard_observation_scaler` gives d3rlpy's `fit_with_transition_picker` mean and std
+    exactly, on episodes that end by termination (every step a transition) and by time limit (the
+    last step not), with observations of very different magnitudes; other scalers are left alone."""
+    import d3rlpy
+    from d3rlpy.dataset import MDPDataset
+
+    from workers.challenger import fit_standard_observation_scaler
+
+    rng = np.random.default_rng(3)
+    n = 20_000
+    obs = (rng.normal(size=(n, 5)) * 10.0 ** rng.integers(-3, 6, size=(n, 1))).astype(np.float32)
+    terminals, timeouts = np.zeros(n), np.zeros(n)
+    for k, e in enumerate(np.sort(rng.choice(n - 1, 60, replace=False))):
+        (terminals if k % 2 else timeouts)[e] = 1.0
+    timeouts[-1] = 1.0
+    ds = MDPDataset(obs, rng.integers(0, 2, n), np.ones(n, np.float32), terminals, timeouts=timeouts)
+
+    def algo(scaler):
+        return d3rlpy.algos.DiscreteBCConfig(observation_scaler=scaler).create(device="cpu:0")
+
+    ref, fast = algo(d3rlpy.preprocessing.StandardObservationScaler()), algo(d3rlpy.preprocessing.StandardObservationScaler())
+    ref.observation_scaler.fit_with_transition_picker(ds.episodes, ds.transition_picker)
+    assert fit_standard_observation_scaler(fast, ds)
+    for name in ("mean", "std"):
+        got, want = getattr(fast.observation_scaler, name), getattr(ref.observation_scaler, name)
+        assert got.dtype == want.dtype and np.array_equal(got, want), name
+    assert not fit_standard_observation_scaler(fast, ds)  # already built: left as it is
+    other = algo(d3rlpy.preprocessing.MinMaxObservationScaler())
+    assert not fit_standard_observation_scaler(other, ds) and not other.observation_scaler.built

@@ -167,6 +167,37 @@ def train_challenger(
         torch.set_num_threads(threads_before)
 
 
+def fit_standard_observation_scaler(algo, dataset) -> bool:
+    """Fit ``algo``'s ``StandardObservationScaler`` on ``dataset`` as d3rlpy's
+    ``fit_with_transition_picker`` does with the ``BasicTransitionPicker``, bit for bit, without
+    its Python loop over every transition (twice; a fixed cost of every training that grows with D,
+    docs/performance.md): the observations of each episode's transitions, in the same
+    order, summed as d3rlpy sums them, one after the other from a float64 zero (``np.cumsum`` is
+    sequential by definition; tests/test_challenger.py compares both fits bit for bit). Returns
+    False, leaving the scaler to d3rlpy, for any other scaler, picker or observation type."""
+    from d3rlpy.dataset import BasicTransitionPicker
+    from d3rlpy.preprocessing import StandardObservationScaler
+
+    scaler = algo.observation_scaler
+    if type(scaler) is not StandardObservationScaler or scaler.built \
+            or type(dataset.transition_picker) is not BasicTransitionPicker:
+        return False
+    episodes = dataset.episodes
+    if not episodes or not all(isinstance(ep.observations, np.ndarray) and ep.observations.ndim == 2
+                               for ep in episodes):
+        return False
+    dim = episodes[0].observations.shape[1]
+    x = np.concatenate([np.zeros((1, dim))] + [ep.observations[:ep.transition_count] for ep in episodes])
+    x = x.astype(np.float64)
+    count = x.shape[0] - 1
+    mean = np.cumsum(x, axis=0)[-1] / count
+    sq = np.zeros_like(x)
+    sq[1:] = (x[1:] - mean) ** 2
+    scaler.mean = mean
+    scaler.std = np.sqrt(np.cumsum(sq, axis=0)[-1] / count)
+    return True
+
+
 def _train(cfg: ChallengerConfig, dataset, out: Path, scenario, device: str, *, resume: bool, report, progress: bool):
     import d3rlpy
     from d3rlpy.algos.utility import build_scalers_with_transition_picker
@@ -181,7 +212,8 @@ def _train(cfg: ChallengerConfig, dataset, out: Path, scenario, device: str, *, 
                  "transitions": int(dataset.transition_count), "episodes": len(dataset.episodes), "history": []}
         algo = d3rlpy_config(cfg.config_class(scenario.action.discrete), cfg.hyperparameters,
                              f"{cfg.preset} {cfg.algo}").create(device=device)
-        build_scalers_with_transition_picker(algo, dataset)
+        fit_standard_observation_scaler(algo, dataset)  # vectorised; the same bits as d3rlpy's fit
+        build_scalers_with_transition_picker(algo, dataset)  # whatever is left unbuilt
         algo.build_with_dataset(dataset)
 
     d3rlpy.seed(cfg.seed * 1_000 + state["epoch"])  # batch sampling uses numpy's global stream
