@@ -44,17 +44,23 @@ def by_state(result, index: np.ndarray, repeats: int, field: str = "returns") ->
 
 
 class Confirmer:
-    """Re-runs candidates alone and keeps the time it takes (the cost of sound verdicts)."""
+    """Re-runs candidates alone and keeps the time it takes (the cost of sound verdicts).
+    ``acted_alone``: the phase's episodes already ran with every policy acting alone (``inference:
+    alone``), so the candidates' own returns are the deployed agent's: nothing is re-run (and no
+    time is spent), the same verdicts are taken from them."""
 
-    def __init__(self, scenario, policies: dict):
-        self.scenario, self.policies = scenario, policies
+    def __init__(self, scenario, policies: dict, acted_alone: bool = False):
+        self.scenario, self.policies, self.acted_alone = scenario, policies, bool(acted_alone)
         self.seconds = 0.0
 
-    def failures(self, states: np.ndarray, candidates: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    def failures(self, states: np.ndarray, candidates: np.ndarray, seed: int,
+                 returns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Safety: of the candidate failures (indices into ``states``), which fail alone; and
-        the AUT's returns alone."""
+        the AUT's returns alone. ``returns``: the phase's AUT return per state."""
         if candidates.size == 0:
             return np.zeros(0, bool), np.zeros(0)
+        if self.acted_alone:  # every candidate failed acting alone
+            return np.ones(candidates.size, bool), np.asarray(returns, float)[candidates]
         t0 = time.perf_counter()
         res = solo_rollout(self.scenario, {"aut": self.policies["aut"]}, states[candidates], candidates, seed)
         fails = by_state(res, candidates, 1, "failure")["aut"][:, 0].astype(bool)
@@ -62,12 +68,17 @@ class Confirmer:
         self.seconds += time.perf_counter() - t0
         return fails, returns
 
-    def bugs(self, states: np.ndarray, candidates: np.ndarray, seed: int, repeats: int, oracle):
+    def bugs(self, states: np.ndarray, candidates: np.ndarray, seed: int, repeats: int, oracle,
+             r_aut: np.ndarray, r_ca: np.ndarray):
         """Optimality: the oracle's verdict on the candidates when both agents act alone; returns
-        (bug, p-value, AUT returns, challenger returns), each row a candidate."""
+        (bug, p-value, AUT returns, challenger returns), each row a candidate. ``r_aut``,
+        ``r_ca``: the phase's (states, repeats) returns."""
         if candidates.size == 0:
             z = np.zeros((0, repeats))
             return np.zeros(0, bool), np.zeros(0), z, z
+        if self.acted_alone:
+            bug, pval = oracle.judge(r_aut[candidates], r_ca[candidates])
+            return np.asarray(bug, bool), np.asarray(pval, float), r_aut[candidates], r_ca[candidates]
         t0 = time.perf_counter()
         pols = {r: self.policies[r] for r in ("aut", "challenger")}
         res = solo_rollout(self.scenario, pols, states[candidates], candidates, seed, repeats)

@@ -114,14 +114,9 @@ class OptimalityPhase(Phase):
         r_aut, r_ca = _returns_matrix(result, n, self.repeats)
         cand_bug, cand_p = self.oracle.judge(r_aut, r_ca)
         cand = np.flatnonzero(cand_bug)
-        if inference_alone(self.spec):  # both agents acted alone in these very episodes: nothing to re-run
-            ok, p_alone = np.ones(cand.size, bool), np.asarray(cand_p, float)[cand]
-            a_alone, c_alone = r_aut[cand], r_ca[cand]
-            self._confirm_seconds = 0.0
-        else:
-            confirmer = Confirmer(self.scenario, self.policies)
-            ok, p_alone, a_alone, c_alone = confirmer.bugs(states, cand, gen_seed, self.repeats, self.oracle)
-            self._confirm_seconds = confirmer.seconds
+        confirmer = Confirmer(self.scenario, self.policies, acted_alone=inference_alone(self.spec))
+        ok, p_alone, a_alone, c_alone = confirmer.bugs(states, cand, gen_seed, self.repeats, self.oracle, r_aut, r_ca)
+        self._confirm_seconds = confirmer.seconds
         bug = np.zeros(n, bool)
         bug[cand[ok]] = True
         self._verdict = (r_aut, r_ca, cand, cand_p, ok, p_alone, a_alone, c_alone)

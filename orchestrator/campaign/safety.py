@@ -59,12 +59,9 @@ class SafetyPhase(Phase):
         ids = self.store.write(result, phase=st.phase, fuzzer=self.spec.fuzzer, iteration=st.generation,
                                wall_time=st.elapsed, policy_sha256=self.policy_hashes["aut"])
         cand = np.flatnonzero(result.failure)  # one episode per state, in state order
-        if inference_alone(self.spec):  # the AUT acted alone in these very episodes: nothing to re-run
-            alone, solo_returns = np.ones(cand.size, bool), np.asarray(result.returns, float)[cand]
-        else:
-            confirmer = Confirmer(self.scenario, self.policies)
-            alone, solo_returns = confirmer.failures(states, cand, gen_seed)
-            st.confirm_seconds += confirmer.seconds
+        confirmer = Confirmer(self.scenario, self.policies, acted_alone=inference_alone(self.spec))
+        alone, solo_returns = confirmer.failures(states, cand, gen_seed, result.returns)
+        st.confirm_seconds += confirmer.seconds
         for k, i in enumerate(cand):
             row = {"generation": st.generation, "state_index": int(i), "gen_seed": gen_seed, "state": states[i].tolist(),
                    "aut_return": float(solo_returns[k]), "batched_aut_return": float(result.returns[i]),
