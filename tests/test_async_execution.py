@@ -283,7 +283,7 @@ def test_a_killed_corpus_actor_is_restored_to_the_corpus_before_the_kill(ray_clu
     import ray
 
     from envs import get_scenario
-    from orchestrator.campaign.async_loop import RemoteFuzzer
+    from orchestrator.cluster.corpus_actor import RemoteFuzzer
     from orchestrator.fuzzers import make_fuzzer
 
     local = make_fuzzer("curefuzz", get_scenario("CartPole-v1"), seed=5)
@@ -317,13 +317,12 @@ def test_a_corpus_actor_killed_in_an_async_campaign_is_restored_and_loses_nothin
     order (corpus in the driver, never killed)."""
     import ray
 
-    from orchestrator.campaign import async_loop
     from orchestrator.campaign.config import load_campaign
     from orchestrator.campaign.generations import applied_order
-    from orchestrator.cluster import driver
+    from orchestrator.cluster import corpus_actor, driver
 
     handles = []
-    real_init = async_loop.RemoteFuzzer.__init__
+    real_init = corpus_actor.RemoteFuzzer.__init__
 
     def init(self, *a, **kw):
         real_init(self, *a, **kw)
@@ -341,7 +340,7 @@ def test_a_corpus_actor_killed_in_an_async_campaign_is_restored_and_loses_nothin
             ray.kill(h._actor, no_restart=True)
         return real(self, key)
 
-    monkeypatch.setattr(async_loop.RemoteFuzzer, "__init__", init)
+    monkeypatch.setattr(corpus_actor.RemoteFuzzer, "__init__", init)
     monkeypatch.setattr(driver.RolloutPool, "next_result", next_and_kill)
     p = tmp_path / "ray.yaml"
     p.write_text(SAFETY.format(fuzzer="curefuzz", out=tmp_path / "ray", budget=192, workers=2, llm="")

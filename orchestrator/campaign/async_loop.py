@@ -29,7 +29,6 @@ from __future__ import annotations
 import time
 
 from orchestrator.campaign.units import apply_unit, next_generation_size, propose_unit
-from orchestrator.cluster.corpus_actor import RemoteFuzzer  # noqa: F401 (the phase loop's name for it)
 from orchestrator.runs.layout import RunFolder
 from orchestrator.runs.store import StoreError
 

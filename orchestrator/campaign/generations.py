@@ -44,9 +44,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from orchestrator.campaign.async_loop import RemoteFuzzer, applied_order, corpus_place, run_async, write_applied_order
+from orchestrator.campaign.async_loop import applied_order, corpus_place, run_async, write_applied_order
 from orchestrator.campaign.config import set_values
-from orchestrator.campaign.units import SEED_STREAM, apply_unit, generation_seed, next_generation_size, propose_unit  # noqa: F401
+from orchestrator.campaign.units import apply_unit, generation_seed, next_generation_size, propose_unit
+from orchestrator.cluster.corpus_actor import RemoteFuzzer
 from orchestrator.cluster.driver import CampaignMetrics
 from orchestrator.cluster.executor import Executor, resolve_workers
 from orchestrator.cluster.llm_pool import attach_llm
@@ -275,9 +276,9 @@ def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bo
             workers, why = plan_executor(phase, st)
         else:
             workers, why = executor.workers, executor.reason or "the caller's executor"
-            if getattr(executor, "alone", False) != inference_alone(spec):
-                raise ValueError(f"the phase asks for inference: {getattr(spec, 'inference', 'batched')}, the executor "
-                                 f"given runs {'alone' if getattr(executor, 'alone', False) else 'batched'}")
+            if executor.alone != inference_alone(spec):
+                raise ValueError(f"the phase asks for inference: {spec.inference}, the executor given runs "
+                                 f"{'alone' if executor.alone else 'batched'}")
         llm_pool = attach_llm(fuzzer, campaign, phase.run.root, use_ray=workers > 0)  # LLM-guided fuzzers only
         if own:
             executor = Executor(phase.scenario, phase.uris, workers=workers, batch_size=campaign.batch_size,
