@@ -121,6 +121,13 @@ def _gym_action_spec(space) -> ActionSpec | None:
     return None
 
 
+def stackable_rows(rows: list, kind) -> bool:
+    """Whether per-row outputs (``kind``: ``np.ndarray`` or ``torch.Tensor``) are each one row of
+    the same dtype and shape, so stacking them gives the batch's output array."""
+    return all(isinstance(r, kind) and r.ndim >= 1 and r.shape[0] == 1 for r in rows) \
+        and len({(r.dtype, tuple(r.shape[1:])) for r in rows}) == 1
+
+
 # ---------------------------------------------------------------------------------------------
 # the policy base class
 # ---------------------------------------------------------------------------------------------
@@ -177,8 +184,7 @@ class Policy:
         if isinstance(raws, np.ndarray):  # already one array of n rows
             return self._postprocess(raws, n)
         rows = [r.detach().cpu().numpy() if isinstance(r, torch.Tensor) else r for r in raws]
-        if all(isinstance(r, np.ndarray) and r.ndim >= 1 and r.shape[0] == 1 for r in rows) \
-                and len({(r.dtype, r.shape[1:]) for r in rows}) == 1:
+        if stackable_rows(rows, np.ndarray):
             return self._postprocess(np.concatenate(rows), n)
         return np.concatenate([self._postprocess(r, 1) for r in raws])
 

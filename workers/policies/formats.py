@@ -30,6 +30,7 @@ from workers.policies.base import (
     _sha256_file,
     _short,
     _spec_from_meta,
+    stackable_rows,
 )
 
 
@@ -136,8 +137,7 @@ class TorchScriptPolicy(Policy):
         # row is a fresh array, as an observation from a deployed environment is
         with torch.inference_mode():
             ys = [self.module(self._tensor(obs[j:j + 1].copy())) for j in range(obs.shape[0])]
-            if all(isinstance(y, torch.Tensor) and y.ndim >= 1 and y.shape[0] == 1 for y in ys) \
-                    and len({(y.dtype, y.shape[1:]) for y in ys}) == 1:
+            if stackable_rows(ys, torch.Tensor):
                 return self._output(torch.cat(ys))  # one conversion for all rows (a copy: the same values)
             return [self._output(y) for y in ys]
 
