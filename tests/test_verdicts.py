@@ -132,25 +132,34 @@ class BatchSensitive:
     the pole, in a batch it pushes left whenever the pole leans only slightly (a stand-in for a
     near-tie that float32 batching flips)."""
 
+    velocity_gain = 0.5
+
     def act(self, obs):
         obs = np.asarray(obs)
-        good = (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)
+        good = (obs[:, 2] + self.velocity_gain * obs[:, 3] > 0).astype(np.int64)
         if obs.shape[0] == 1:
             return good
         return np.where(np.abs(obs[:, 2]) < 0.03, 0, good)
 
 
-def test_batch_dependent_failures_are_flaky_not_failures(tmp_path):
-    text = """
-name: flaky
+BATCH_SENSITIVE = """
+name: batch-sensitive
 scenario: CartPole-v1
-aut: python:tests.test_verdicts:BatchSensitive
+aut: python:tests.test_verdicts:AGENT
 seed: 0
 workers: 0
 mlflow: false
 output: OUT
-safety: {fuzzer: random, budget: {episodes: 128}, generation_size: 64}
+safety: {fuzzer: random, budget: {episodes: EPISODES}, generation_size: 64, inference: INFERENCE}
 """
+
+
+def _batch_sensitive(agent: str, episodes: int, inference: str = "batched") -> str:
+    return BATCH_SENSITIVE.replace("AGENT", agent).replace("EPISODES", str(episodes)).replace("INFERENCE", inference)
+
+
+def test_batch_dependent_failures_are_flaky_not_failures(tmp_path):
+    text = _batch_sensitive("BatchSensitive", 128)
     out = run_campaign(load_campaign(_campaign(tmp_path, text)), progress=False)["safety"]
     run = RunFolder(tmp_path / "run")
     flaky = run.flaky("safety")
@@ -167,12 +176,7 @@ class WeakBatchSensitive(BatchSensitive):
     """Alone, a controller that leans too little on the pole's velocity: it fails from a few
     initial states (about 2% of CartPole's); in a batch it also flips near-upright actions."""
 
-    def act(self, obs):
-        obs = np.asarray(obs)
-        good = (obs[:, 2] + 0.02 * obs[:, 3] > 0).astype(np.int64)
-        if obs.shape[0] == 1:
-            return good
-        return np.where(np.abs(obs[:, 2]) < 0.03, 0, good)
+    velocity_gain = 0.02
 
 
 def test_inference_alone_runs_the_deployed_agent_and_needs_no_reruns(tmp_path):
@@ -180,19 +184,10 @@ def test_inference_alone_runs_the_deployed_agent_and_needs_no_reruns(tmp_path):
     shows its deployed behaviour in the search itself: no flaky candidates, nothing re-run, and
     (random testing proposes the same states either way) every failure the batched search
     confirmed is found too."""
-    text = """
-name: alone
-scenario: CartPole-v1
-aut: python:tests.test_verdicts:WeakBatchSensitive
-seed: 0
-workers: 0
-mlflow: false
-output: OUT
-safety: {fuzzer: random, budget: {episodes: 256}, generation_size: 64, inference: INFERENCE}
-"""
     out = {}
     for mode in ("batched", "alone"):
-        f = _campaign(tmp_path, text.replace("OUT", str(tmp_path / mode)).replace("INFERENCE", mode), f"{mode}.yaml")
+        text = _batch_sensitive("WeakBatchSensitive", 256, mode)
+        f = _campaign(tmp_path, text.replace("OUT", str(tmp_path / mode)), f"{mode}.yaml")
         out[mode] = run_campaign(load_campaign(f), progress=False)["safety"]
     alone = out["alone"]
     assert alone["inference"] == "alone" and out["batched"]["inference"] == "batched"
