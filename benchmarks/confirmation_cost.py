@@ -67,13 +67,15 @@ def _run(campaign: dict, out: Path) -> dict:
     return json.loads((out / "results.json").read_text())
 
 
-def _steps(run_dir: Path, fuzzer: str) -> int:
-    """Episode steps a phase ran (its episodes are those its fuzzer wrote; both roles)."""
+def _steps(results: dict, run_dir: Path) -> dict:
+    """Episode steps each phase ran, both roles: its episodes are those its fuzzer wrote (the
+    campaigns here give the two phases different fuzzers)."""
     eps = pd.read_parquet(run_dir / "episodes", columns=["fuzzer", "length"])
-    return int(eps.loc[eps["fuzzer"] == fuzzer, "length"].sum())
+    return {ph: int(eps.loc[eps["fuzzer"] == results[ph]["fuzzer"], "length"].sum())
+            for ph in ("safety", "optimality") if results.get(ph)}
 
 
-def _rows(name: str, mode: str, results: dict, run_dir: Path, batched: dict | None) -> list[str]:
+def _rows(name: str, mode: str, results: dict, steps: dict, batched: dict | None) -> list[str]:
     """Table rows of one campaign; ``batched``: per phase, the batched run's rollout seconds per
     step (the baseline an ``alone`` run's extra inference time is measured against)."""
     out = []
@@ -81,21 +83,19 @@ def _rows(name: str, mode: str, results: dict, run_dir: Path, batched: dict | No
         s = results.get(phase)
         if not s:
             continue
-        steps = _steps(run_dir, s["fuzzer"])
         if mode == "batched":
             cost = s["confirm_seconds"]
         else:
-            cost = s["rollout_seconds"] - steps * batched[phase] if batched else float("nan")
+            cost = s["rollout_seconds"] - steps[phase] * batched[phase] if batched else float("nan")
         share = cost / s["wall_seconds"] if s["wall_seconds"] else float("nan")
         n = s["episodes"] if phase == "safety" else s["cases"]
-        out.append(f"| {name} | {mode} | {phase} | {n} | {steps} | {s[key]} | {s[flaky]} | {s['wall_seconds']:.1f} | "
+        out.append(f"| {name} | {mode} | {phase} | {n} | {steps[phase]} | {s[key]} | {s[flaky]} | {s['wall_seconds']:.1f} | "
                    f"{s['rollout_seconds']:.1f} | {cost:.1f} | {100 * share:.1f}% |")
     return out
 
 
-def _per_step(results: dict, run_dir: Path) -> dict:
-    return {ph: results[ph]["rollout_seconds"] / max(1, _steps(run_dir, results[ph]["fuzzer"]))
-            for ph in ("safety", "optimality") if results.get(ph)}
+def _per_step(results: dict, steps: dict) -> dict:
+    return {ph: results[ph]["rollout_seconds"] / max(1, n) for ph, n in steps.items()}
 
 
 def main() -> None:
@@ -134,9 +134,10 @@ def main() -> None:
                     trained = res["optimality"]["challenger"]
                     if not Path(trained).is_absolute():
                         trained = str(out / trained)
-                lines += _rows(name, mode, res, out, baseline)
+                steps = _steps(res, out)
+                lines += _rows(name, mode, res, steps, baseline)
                 if mode == "batched":
-                    baseline = _per_step(res, out)
+                    baseline = _per_step(res, steps)
     print(f"{os.cpu_count()} CPUs; load average {load0:.2f} at the start, {os.getloadavg()[0]:.2f} at the end")
     print()
     print("\n".join(lines))
