@@ -252,14 +252,13 @@ def breakdown(timings: dict, wall: float, started: float, own: dict) -> dict:
         ph = next((s for s in spans if s[0] == f"phase {name}"), None)
         if ph is None:
             continue
-        inside = spans
         loop = None
         if name != "challenger":  # the generation loop: from the executor's start to its close
             start = next((s for s in spans if s[0] == "executor start" and ph[1] <= s[1] <= ph[2]), None)
             close = next((s for s in spans if s[0] == "executor close" and ph[1] <= s[1] <= ph[2]), None)
             if start and close:
                 loop = (start[2], close[1])
-        sub = _exclusive(ph, inside, skip=loop)
+        sub = _exclusive(ph, spans, skip=loop)
         if loop:
             sub["generation loop, outside its clock (the last generation's record and snapshot)"] = (
                 loop[1] - loop[0] - own[name])
