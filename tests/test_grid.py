@@ -111,6 +111,8 @@ def test_every_paper_grid_expands_in_every_profile(monkeypatch):
 
     import yaml
 
+    from workers.policies.load import resolve_zoo_uri
+
     monkeypatch.setenv("DELTARL_LLM_BASE_URL", "http://127.0.0.1:9/v1")  # LLMTester grids take it from here
     monkeypatch.setenv("DELTARL_LLM_MODEL", "any")
 
@@ -135,6 +137,8 @@ def test_every_paper_grid_expands_in_every_profile(monkeypatch):
                         assert _holds(d, dotted, x), (where, axis, dotted, x)
             for dotted, value in (prof.get("set") or {}).items():
                 assert all(_holds(d, dotted, value) for d in dicts), (where, dotted)
+            for aut in {d["aut"] for d in dicts if str(d["aut"]).startswith("zoo:")}:
+                assert resolve_zoo_uri(aut).is_file(), (where, aut)  # an agent the zoo has
             if "optimality" in raw["base"]:  # every method of a table gets the same test-case budget
                 assert len({json.dumps(d["optimality"]["budget"]) for d in dicts}) == 1, where
                 assert len({(d["optimality"]["generation_size"], d["optimality"]["sampling_fraction"])

@@ -267,6 +267,19 @@ def test_alpha_adapts_as_eq_6():
     assert fail_at(42, 10) == 100.0  # capped at 100 percent
 
 
+def test_multi_scale_parameters_default_to_table_i_per_scenario():
+    from orchestrator.fuzzers.llmtester import TABLE_I
+
+    assert TABLE_I == {"ACASXu": (25.0, 0.7, 0.1), "BipedalWalker": (10.0, 0.7, 0.1), "CoopNavi": (20.0, 0.5, 0.1)}
+    for name, want in TABLE_I.items():
+        f = make_fuzzer("llmtester", get_scenario(name), seed=0)
+        assert (f.alpha, f.beta, f.delta) == want, name
+    f = make_fuzzer("llmtester", get_scenario("ACASXu"), seed=0, beta=0.5)  # a given value wins
+    assert (f.alpha, f.beta, f.delta) == (25.0, 0.5, 0.1)
+    f = make_fuzzer("llmtester", get_scenario("CartPole-v1"), seed=0)  # not in Table I
+    assert (f.alpha, f.beta, f.delta) == (20.0, 0.5, 0.1)
+
+
 def test_bad_case_feedback_reaches_the_next_prompt():
     """Algorithm 1's testing feedback F: a malformed reply (invalidity), a far jump (excessive
     modification) and a scenario that did not lower the reward (insufficient challenge) each

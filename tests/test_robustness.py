@@ -831,6 +831,7 @@ def _cases() -> list[tuple[str, str, list]]:
     camp("missing required key", _edit((f"aut: {BALANCER}\n", "")))
     camp("unknown scenario", _edit(("CartPole-v1", "Pong-v5")))
     camp("unknown fuzzer", _edit(("fuzzer: random", "fuzzer: afl")))
+    camp("a parameter the fuzzer does not have", _edit(("fuzzer: random", "fuzzer: mdpfuzz\n  params: {alpha: 25}")))
     camp("optimality fuzzer as safety fuzzer", _edit(("fuzzer: random", "fuzzer: delta")))
     camp("wrong type (string for integer)", _edit(("generation_size: 16", "generation_size: many")))
     camp("wrong type (list for mapping)", _edit(("budget: {episodes: 32}", "budget: [32]")))

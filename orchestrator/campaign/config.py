@@ -74,7 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from envs import ScenarioError, ScenarioRef
-from orchestrator.fuzzers import FUZZERS, fuzzer_class
+from orchestrator.fuzzers import FUZZERS, fuzzer_class, fuzzer_params
 from workers.llm import LLMConfig, LLMConfigError
 from workers.yamlfile import load_yaml
 
@@ -284,6 +284,11 @@ def validate_campaign(c: Campaign):
                                 f"use it under optimality.fuzzer")
 
     for where, spec in (("safety", c.safety), ("optimality", c.optimality)):
+        if spec is not None and spec.fuzzer.lower() in FUZZERS:
+            unknown = sorted(set(spec.params) - set(fuzzer_params(spec.fuzzer)))
+            if unknown:
+                raise CampaignError(f"{where}.params: {spec.fuzzer} has no parameter {unknown[0]!r}; its parameters: "
+                                    f"{', '.join(fuzzer_params(spec.fuzzer)) or 'none'} (docs/fuzzers.md)")
         if spec is not None and spec.fuzzer.lower() in FUZZERS and fuzzer_class(spec.fuzzer).needs_llm:
             from workers import local_llm
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 
 from orchestrator.fuzzers.base import Feedback, Fuzzer, Proposal
 from orchestrator.fuzzers.corpus import Corpus
@@ -33,6 +34,19 @@ def fuzzer_class(name: str):
     return getattr(importlib.import_module(module), cls)
 
 
+def fuzzer_params(name: str) -> list[str]:
+    """The parameter names ``make_fuzzer(name, ...)`` accepts: the keyword parameters of each
+    ``__init__`` along the class's MRO, down to the base ``Fuzzer`` (which refuses the rest)."""
+    names: set[str] = set()
+    for klass in fuzzer_class(name).__mro__:
+        if klass is Fuzzer or "__init__" not in vars(klass):
+            continue
+        sig = inspect.signature(vars(klass)["__init__"])
+        names |= {p.name for p in sig.parameters.values()
+                  if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in ("self", "scenario", "seed")}
+    return sorted(names)
+
+
 def make_fuzzer(name: str, scenario, seed: int = 0, **params) -> Fuzzer:
     cls = fuzzer_class(name)
     try:
@@ -41,4 +55,4 @@ def make_fuzzer(name: str, scenario, seed: int = 0, **params) -> Fuzzer:
         raise FuzzerError(f"fuzzer {name}: {exc}") from exc
 
 
-__all__ = ["Corpus", "Feedback", "Fuzzer", "FuzzerError", "FUZZERS", "Proposal", "fuzzer_class", "make_fuzzer"]
+__all__ = ["Corpus", "Feedback", "Fuzzer", "FuzzerError", "FUZZERS", "Proposal", "fuzzer_class", "fuzzer_params", "make_fuzzer"]

@@ -18,6 +18,8 @@ bounds); every other seed goes to the LLM: s_new = G_env(s_seed, F, E) (Eq. 2). 
 failure the failure rate f' of the tests so far is compared with f, the rate when α last
 changed: α ← αβ when f' < (1 − δ) f, α ← α / β when f' > (1 + δ) f (Eq. 6; f is set at the
 first failure). ``multi_scale = False`` is the paper's "ours w/o ms" ablation (LLM only).
+α, β and δ default to Table I's values for the paper's scenarios (``TABLE_I``: ACAS Xu 25 / 0.7 /
+0.1, BipedalWalker 10 / 0.7 / 0.1, CoopNavi 20 / 0.5 / 0.1), else 20 / 0.5 / 0.1.
 
 *LLM-based generator* (Sec. III-B). The prompt is ``orchestrator.fuzzers.llm_prompt``'s template; the
 reply's ``NEW_STATE`` is parsed and validated. Bad cases become the testing feedback F of later
@@ -64,6 +66,11 @@ LLM_COUNTERS = ("llm_calls", "llm_ok", "llm_usable", "llm_failed", "llm_unparsea
                 "llm_completion_tokens", "alpha_updates", "llm_unchanged")
 
 
+# Table I of the paper: the multi-scale parameters (alpha, beta, delta) per scenario
+TABLE_I = {"ACASXu": (25.0, 0.7, 0.1), "BipedalWalker": (10.0, 0.7, 0.1), "CoopNavi": (20.0, 0.5, 0.1)}
+DEFAULT_MULTI_SCALE = (20.0, 0.5, 0.1)
+
+
 class LLMNotAttachedError(RuntimeError):
     """The fuzzer was asked for LLM mutations without an LLM attached."""
 
@@ -74,10 +81,12 @@ class LLMTester(MDPFuzz):
     name = "llmtester"
     needs_llm = True
 
-    def __init__(self, scenario: Scenario, seed: int = 0, *, alpha: float = 20.0, beta: float = 0.5,
-                 delta: float = 0.1, amplitude: float | None = None, multi_scale: bool = True, t_r: float = 0.0,
+    def __init__(self, scenario: Scenario, seed: int = 0, *, alpha: float | None = None, beta: float | None = None,
+                 delta: float | None = None, amplitude: float | None = None, multi_scale: bool = True, t_r: float = 0.0,
                  t_s: float = 0.5, feedback_size: int = 5, expert: list | None = None, **mdpfuzz_params):
         super().__init__(scenario, seed=seed, **mdpfuzz_params)
+        table = TABLE_I.get(scenario.name, DEFAULT_MULTI_SCALE)
+        alpha, beta, delta = (table[i] if v is None else v for i, v in enumerate((alpha, beta, delta)))
         self.alpha = float(alpha)  # percent of the database counted as high-potential
         self.beta = float(beta)
         self.delta = float(delta)
