@@ -89,3 +89,25 @@ def test_bad_training_input(tmp_path):
         AutTrainConfig.from_file(bad)
     with pytest.raises(TrainingError, match="not found"):
         AutTrainConfig.from_file(tmp_path / "missing.yaml")
+
+
+def _terminal_episodes(out) -> list[bool]:
+    import d3rlpy
+
+    with open(latest_checkpoint(out) / "buffer.h5", "rb") as f:
+        buffer = d3rlpy.dataset.ReplayBuffer.load(f, d3rlpy.dataset.FIFOBuffer(5000))
+    return [bool(ep.terminated) for ep in buffer.episodes]
+
+
+def test_episode_end_truncated_bootstraps_through_failing_episode_ends(tmp_path):
+    # CoopNavi's episodes all last 25 steps; a failed one (random actions: nearly all) ends
+    # "terminated". episode_end: truncated stores every end as a time limit instead.
+    kw = dict(steps=100, steps_per_epoch=100, warmup_steps=100, eval_episodes=1,
+              hyperparameters={"batch_size": 16})
+    train_aut(tiny("CoopNavi", "sac", **kw), tmp_path / "env")
+    train_aut(tiny("CoopNavi", "sac", episode_end="truncated", **kw), tmp_path / "trunc")
+    as_env, as_trunc = _terminal_episodes(tmp_path / "env"), _terminal_episodes(tmp_path / "trunc")
+    assert len(as_env) == len(as_trunc) == 4
+    assert any(as_env) and not any(as_trunc)
+    with pytest.raises(TrainingError, match="episode_end"):
+        tiny(episode_end="sometimes").validate()

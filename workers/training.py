@@ -35,6 +35,7 @@ import numpy as np
 from workers.yamlfile import load_yaml
 
 ALGOS = ("ddqn", "sac")
+EPISODE_ENDS = ("env", "truncated")
 
 
 class TrainingError(ValueError):
@@ -57,6 +58,11 @@ class AutTrainConfig:
     n_updates: int = 1  # gradient steps per update round
     epsilon: dict = field(default_factory=lambda: {"start": 1.0, "end": 0.05, "duration": 10_000})  # ddqn
     eval_episodes: int = 20
+    # how an episode's end enters the replay buffer: "env" as the env says (terminated: no future,
+    # truncated: bootstrap); "truncated": every end is a time limit (bootstrap), for scenarios whose
+    # fixed-length episodes end "terminated" by their failure oracle while the observation carries
+    # no time (CoopNavi: a failed episode ends at step 25 like a passed one)
+    episode_end: str = "env"
     device: str | None = None  # None: cuda when available
 
     @classmethod
@@ -81,6 +87,8 @@ class AutTrainConfig:
             kind = "discrete" if scenario.action.discrete else "continuous"
             want = "ddqn" if scenario.action.discrete else "sac"
             raise TrainingError(f"{self.scenario} has {kind} actions: train it with --algo {want}, not {self.algo}")
+        if self.episode_end not in EPISODE_ENDS:
+            raise TrainingError(f"episode_end must be one of {', '.join(EPISODE_ENDS)}, got {self.episode_end!r}")
         for name in ("steps", "steps_per_epoch", "update_interval", "n_updates", "eval_episodes"):
             if int(getattr(self, name)) < 1:
                 raise TrainingError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -226,7 +234,7 @@ def train_aut(
         buffer.append(obs, action, float(reward))
         ep_return += float(reward)
         if terminated or truncated:
-            buffer.clip_episode(bool(terminated))
+            buffer.clip_episode(bool(terminated) and cfg.episode_end == "env")
             recent_returns.append(ep_return)
             state["episodes"] += 1
             ep_return = 0.0
