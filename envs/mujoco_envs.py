@@ -91,21 +91,42 @@ def wind_normals(seed: int, chunk: int) -> np.ndarray:
     return np.random.Generator(bitgen).standard_normal(WIND_CHUNK)
 
 
+def wind_uniforms(seed: int, chunk: int) -> np.ndarray:
+    """Uniform draws ``u_t`` in [-1, 1) for steps ``t`` in ``[chunk·256, (chunk+1)·256)`` of the
+    episode whose seed is ``seed``, from the same keyed Philox stream as :func:`wind_normals` (a
+    scenario uses one of the two)."""
+    key = int(seed) & 0xFFFFFFFFFFFFFFFF
+    bitgen = np.random.Philox(key=key, counter=np.array([0, 0, int(chunk), 0], dtype=np.uint64))
+    return np.random.Generator(bitgen).uniform(-1.0, 1.0, WIND_CHUNK)
+
+
+WIND_KINDS = ("walk", "ar1")
+
+
 @dataclass(frozen=True)
 class WindModel:
-    """Horizontal wind force on a body: ``F_t = mean + std · g_t`` newtons along +x (world).
+    """Horizontal force along world +x on the walker's bodies, constant over the ``frame_skip``
+    physics substeps of an environment step, drawn from the episode's keyed stream (its seed and
+    the step index only). Two processes (``kind``):
 
-    ``g_t`` is a stationary AR(1) (discretized Ornstein-Uhlenbeck) gust with unit variance and
-    correlation time ``tau`` seconds: ``g_0 = ε_0``, ``g_t = ρ g_{t-1} + sqrt(1-ρ²) ε_t`` with
-    ``ρ = exp(-dt/tau)`` (``tau = 0``: independent draws every step), ``ε_t`` from
-    :func:`wind_normals` (the episode's seed, step t). The force is held constant over the
-    ``frame_skip`` physics substeps of an environment step.
+    * ``"walk"`` — the stochastic MuJoCo of Rigter et al. (1R2R, NeurIPS 2023), which the Delta
+      paper cites for Hopper-Noise: a bounded random walk, ``W_0 = 0`` at reset, then before every
+      step ``W_t = clip(W_{t-1} + u_t · step · limit, -limit, limit)`` with ``u_t ~ U(-1, 1)``
+      (:func:`wind_uniforms`); the force is ``F_t = mean + W_t``. 1R2R's moderate noise is
+      ``limit`` 2.5 N, ``step`` 0.1 (its high noise: 5 N).
+    * ``"ar1"`` — a stationary Gaussian AR(1) (discretized Ornstein-Uhlenbeck) gust:
+      ``F_t = mean + std · g_t``, ``g_0 = ε_0``, ``g_t = ρ g_{t-1} + sqrt(1-ρ²) ε_t`` with
+      ``ρ = exp(-dt/tau)`` (``tau = 0``: independent draws every step), ``ε_t`` from
+      :func:`wind_normals`.
     """
 
     mean: float
     std: float
     tau: float
     dt: float
+    kind: str = "ar1"
+    limit: float = 0.0
+    step: float = 0.0
 
     @property
     def rho(self) -> float:
@@ -115,32 +136,41 @@ class WindModel:
     def innovation(self) -> float:
         return float(np.sqrt(1.0 - self.rho**2))
 
-    def force(self, gust):
-        return self.mean + self.std * gust
+    def draws(self, seed: int, chunk: int) -> np.ndarray:
+        return wind_uniforms(seed, chunk) if self.kind == "walk" else wind_normals(seed, chunk)
+
+    def advance(self, prev, draw, first):
+        """The process's next state from the previous one (``first``: the episode's first step)."""
+        if self.kind == "walk":
+            start = np.where(first, 0.0, prev)
+            return np.clip(start + draw * (self.step * self.limit), -self.limit, self.limit)
+        return np.where(first, draw, self.rho * prev + self.innovation * draw)
+
+    def force(self, state):
+        return self.mean + (state if self.kind == "walk" else self.std * state)
 
 
 class _WindStreams:
-    """Per-episode gust state for a batch; values depend only on (seed, step index)."""
+    """Per-episode wind state for a batch; values depend only on (seed, step index)."""
 
     def __init__(self, wind: WindModel, seeds: np.ndarray):
         self.wind = wind
         self.seeds = np.asarray(seeds, dtype=np.int64).copy()
         n = self.seeds.shape[0]
-        self.eps = np.zeros((n, WIND_CHUNK))
+        self.draws = np.zeros((n, WIND_CHUNK))
         self.chunk = np.full(n, -1, dtype=np.int64)
-        self.gust = np.zeros(n)
+        self.state = np.zeros(n)
 
     def advance(self, idx: np.ndarray, t: np.ndarray) -> np.ndarray:
-        """Gust values for episodes ``idx`` at their step ``t`` (each called once per step)."""
+        """Process state (gust or walk) for episodes ``idx`` at their step ``t`` (each called once per step)."""
         c = t // WIND_CHUNK
         stale = np.flatnonzero(self.chunk[idx] != c)
         for j in stale:  # once every WIND_CHUNK steps per episode
             i = idx[j]
-            self.eps[i] = wind_normals(self.seeds[i], c[j])
+            self.draws[i] = self.wind.draws(self.seeds[i], c[j])
             self.chunk[i] = c[j]
-        eps = self.eps[idx, t % WIND_CHUNK]
-        g = np.where(t == 0, eps, self.wind.rho * self.gust[idx] + self.wind.innovation * eps)
-        self.gust[idx] = g
+        g = self.wind.advance(self.state[idx], self.draws[idx, t % WIND_CHUNK], t == 0)
+        self.state[idx] = g
         return g
 
 
@@ -149,16 +179,28 @@ class _WindStreams:
 # ---------------------------------------------------------------------------------------------
 
 
+def wind_body_ids(model, which: str) -> np.ndarray:
+    """Ids of the bodies the wind pushes: ``"all"`` (every body but the world, as 1R2R) or one
+    body's name (e.g. ``"torso"``)."""
+    if which == "all":
+        return np.arange(1, model.nbody)
+    try:
+        return np.array([model.body(which).id])
+    except KeyError as exc:
+        names = ", ".join(model.body(i).name for i in range(1, model.nbody))
+        raise ScenarioError(f"wind_body: no body {which!r}; use 'all' or one of {names}") from exc
+
+
 class _BatchBackend:
     """All episodes' integration states in one mujoco.batch.Batch (stepped in C)."""
 
-    def __init__(self, model, nsim: int, nthread: int, wind_body: int | None):
+    def __init__(self, model, nsim: int, nthread: int, wind_bodies: np.ndarray | None):
         self.batch = _mjbatch.Batch(model, nsim=nsim, nthread=nthread)
         self.qpos = self.batch.bind("qpos")  # live views of the state rows
         self.qvel = self.batch.bind("qvel")
         self.ctrl = self.batch.bind("ctrl")
-        self.xfrc = self.batch.bind("xfrc_applied") if wind_body is not None else None
-        self.wind_body = wind_body
+        self.xfrc = self.batch.bind("xfrc_applied") if wind_bodies is not None else None
+        self.wind_bodies = wind_bodies
 
     def reset(self, n: int, qpos: np.ndarray, qvel: np.ndarray) -> None:
         ids = np.arange(n, dtype=np.int32)
@@ -170,7 +212,7 @@ class _BatchBackend:
     def step(self, live: np.ndarray, ctrl: np.ndarray, wind: np.ndarray | None, nstep: int) -> None:
         self.ctrl[live] = ctrl
         if wind is not None:
-            self.xfrc[live, self.wind_body, 0] = wind
+            self.xfrc[live[:, None], self.wind_bodies[None, :], 0] = wind[:, None]
         ids = None if live.size == self.batch.nsim else live.astype(np.int32)
         self.batch.step(ids, nstep=nstep)
 
@@ -178,12 +220,12 @@ class _BatchBackend:
 class _LoopBackend:
     """One MjData per episode, stepped in a Python loop (MuJoCo < 4.0, or for cross-checks)."""
 
-    def __init__(self, model, nsim: int, nthread: int, wind_body: int | None):
+    def __init__(self, model, nsim: int, nthread: int, wind_bodies: np.ndarray | None):
         self.model = model
         self.datas = [mujoco.MjData(model) for _ in range(nsim)]
         self.qpos = np.zeros((nsim, model.nq))
         self.qvel = np.zeros((nsim, model.nv))
-        self.wind_body = wind_body
+        self.wind_bodies = wind_bodies
 
     def reset(self, n: int, qpos: np.ndarray, qvel: np.ndarray) -> None:
         for i in range(n):
@@ -200,7 +242,7 @@ class _LoopBackend:
             d = self.datas[i]
             d.ctrl[:] = ctrl[j]
             if wind is not None:
-                d.xfrc_applied[self.wind_body, 0] = wind[j]
+                d.xfrc_applied[self.wind_bodies, 0] = wind[j]
             mj_step(m, d, nstep=nstep)
             self.qpos[i] = d.qpos
             self.qvel[i] = d.qvel
@@ -226,9 +268,9 @@ class MujocoSim(BatchSimulator):
             raise ScenarioError(f"unknown MuJoCo backend {backend!r}; use 'batch' or 'loop'")
         self.backend_name = backend
         self.wind = scenario.wind_model(self.dt)
-        wind_body = self.model.body(scenario.wind_body).id if self.wind is not None else None
+        wind_bodies = wind_body_ids(self.model, scenario.wind_body) if self.wind is not None else None
         cls = _BatchBackend if backend == "batch" else _LoopBackend
-        self._be = cls(self.model, max(self.batch_size, 1), int(nthread), wind_body)
+        self._be = cls(self.model, max(self.batch_size, 1), int(nthread), wind_bodies)
         self._streams = None
 
     # gymnasium: _get_obs = concat(qpos[1:], clip(qvel, -10, 10))
@@ -429,35 +471,33 @@ def _wind_wrapper_class():
 
     class HopperWindWrapper(gym.Wrapper):
         """The reference Hopper-Noise: Hopper-v5 plus the wind of :class:`HopperNoise`, applied
-        as ``data.xfrc_applied[torso, 0]`` before each step, keyed by the seed of ``reset``."""
+        as ``data.xfrc_applied[bodies, 0]`` before each step, keyed by the seed of ``reset``."""
 
-        def __init__(self, env, wind: WindModel, body: str = "torso"):
+        def __init__(self, env, wind: WindModel, body: str = "all"):
             super().__init__(env)
             self.wind = wind
-            self.body_id = env.unwrapped.model.body(body).id
+            self.body_ids = wind_body_ids(env.unwrapped.model, body)
             self._seed = 0
             self._t = 0
-            self._eps = None
+            self._draws = None
             self._chunk = -1
-            self._gust = 0.0
+            self._state = 0.0
             self.last_force = 0.0
 
         def reset(self, *, seed=None, options=None):
             out = self.env.reset(seed=seed, options=options)
             self._seed = 0 if seed is None else int(seed)
-            self._t, self._chunk, self._gust = 0, -1, 0.0
+            self._t, self._chunk, self._state = 0, -1, 0.0
             return out
 
         def step(self, action):
             t = self._t
             c = t // WIND_CHUNK
             if c != self._chunk:
-                self._eps, self._chunk = wind_normals(self._seed, c), c
-            eps = self._eps[t % WIND_CHUNK]
-            w = self.wind
-            self._gust = eps if t == 0 else w.rho * self._gust + w.innovation * eps
-            self.last_force = w.force(self._gust)
-            self.env.unwrapped.data.xfrc_applied[self.body_id, 0] = self.last_force
+                self._draws, self._chunk = self.wind.draws(self._seed, c), c
+            self._state = float(self.wind.advance(np.float64(self._state), self._draws[t % WIND_CHUNK], t == 0))
+            self.last_force = float(self.wind.force(self._state))
+            self.env.unwrapped.data.xfrc_applied[self.body_ids, 0] = self.last_force
             self._t += 1
             return self.env.step(action)
 
@@ -466,39 +506,47 @@ def _wind_wrapper_class():
 
 @dataclass
 class HopperNoise(Hopper):
-    """Hopper-v5 in gusty wind: a random horizontal force on the torso at every step.
+    """Hopper-v5 in random wind: a horizontal force on the hopper at every step.
 
-    Wind model (see :class:`WindModel`): the force ``F_t = wind_mean + wind_std · g_t`` newtons
-    acts along world +x (positive: pushes forward) at the torso's centre of mass
-    (``data.xfrc_applied[torso, 0]``), constant over the 4 physics substeps of step t.
-    ``g_t`` is a unit-variance Gaussian AR(1) gust with correlation time ``wind_tau`` seconds,
-    driven by standard normals from a Philox stream keyed by the episode's seed (the
-    ``seeds`` given to ``reset_to``) and the step index only: an episode's wind does not
-    depend on the other episodes of its batch, and the same seed gives the same episode.
+    The Delta paper's Hopper-Noise is "a non-deterministic variant of Hopper that introduces
+    random wind disturbances" and cites Luo et al. (ICLR 2025) and Rigter et al. (1R2R, NeurIPS
+    2023), whose stochastic Hopper is the default here (``wind = "walk"``, :class:`WindModel`): a
+    force along world +x on every body of the hopper (torso, thigh, leg, foot:
+    ``data.xfrc_applied[1:, 0]``), a random walk that starts at 0 N each episode and moves by
+    U(-1, 1) · ``wind_step`` · ``wind_limit`` per step, clipped to ±``wind_limit`` (1R2R's
+    moderate noise: 2.5 N, step 0.1; its high noise: ``wind_limit`` 5). The draws come from a
+    Philox stream keyed by the episode's seed (the ``seeds`` given to ``reset_to``) and the step
+    index only: an episode's wind does not depend on the other episodes of its batch, and the
+    same seed gives the same episode.
 
-    Defaults ``wind_std = 3 N``, ``wind_tau = 0.1 s``, ``wind_mean = 0``, calibrated with linear
-    ARS hopping policies (48-64 episodes from the reset distribution, 1000 steps): a policy
-    trained without wind (return 3320, no failures in calm air) fails 25% of its episodes at
-    3 N (62% at 5 N, 92% at 10 N), while the same policy fine-tuned in the wind keeps hopping
-    (tuned at 5 N: return ~3100, 3-6% failures at 3 N; ~30% at 5 N, ~60% at 8 N). The default wind
-    perturbs a good hopper noticeably, hopping through it is learnable, and a good agent's
-    baseline failure rate stays low enough for a statistical oracle. For scale: the hopper
-    weighs 155 N (15.8 kg); the torso-angle limit is 0.2 rad.
+    ``wind = "ar1"`` is deltarl's earlier model (before 2026-12-03), kept for comparison: a
+    stationary Gaussian AR(1) gust on one body (``wind_body = "torso"``),
+    ``F_t = wind_mean + wind_std · g_t`` with correlation time ``wind_tau`` (3 N, 0.1 s), which
+    linear ARS hopping policies failed under in 25% of starts (trained in calm air) and 3-6%
+    (fine-tuned in wind). For scale: the hopper weighs 155 N (15.8 kg); the torso-angle limit is
+    0.2 rad.
     """
 
     name: str = "Hopper-Noise"
     env_id: str = "Hopper-v5"
     stochastic: bool = True
-    wind_mean: float = 0.0  # N, along +x
-    wind_std: float = 3.0  # N, stationary standard deviation of the force
-    wind_tau: float = 0.1  # s, gust correlation time (0: independent draws every step)
+    wind: str = "walk"  # "walk" (1R2R's bounded random walk) | "ar1" (a Gaussian AR(1) gust)
+    wind_body: str = "all"  # "all" bodies (1R2R) or one body's name, e.g. "torso"
+    wind_mean: float = 0.0  # N, along +x (added to either process)
+    wind_limit: float = 2.5  # N, walk: |W_t| <= limit (1R2R moderate noise 2.5, high 5)
+    wind_step: float = 0.1  # walk: the largest change per step, as a fraction of the limit
+    wind_std: float = 3.0  # N, ar1: stationary standard deviation of the force
+    wind_tau: float = 0.1  # s, ar1: gust correlation time (0: independent draws every step)
 
     def wind_model(self, dt):
-        for k in ("wind_mean", "wind_std", "wind_tau"):
+        if self.wind not in WIND_KINDS:
+            raise ScenarioError(f"{self.name}: wind must be one of {', '.join(WIND_KINDS)}, got {self.wind!r}")
+        for k in ("wind_mean", "wind_std", "wind_tau", "wind_limit", "wind_step"):
             v = float(getattr(self, k))
             if not np.isfinite(v) or (k != "wind_mean" and v < 0):
                 raise ScenarioError(f"{self.name}: {k} must be a finite number{' >= 0' if k != 'wind_mean' else ''}, got {v!r}")
-        return WindModel(float(self.wind_mean), float(self.wind_std), float(self.wind_tau), float(dt))
+        return WindModel(float(self.wind_mean), float(self.wind_std), float(self.wind_tau), float(dt),
+                         kind=self.wind, limit=float(self.wind_limit), step=float(self.wind_step))
 
     def reference_env(self, **kwargs):
         import gymnasium as gym

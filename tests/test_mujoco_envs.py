@@ -29,6 +29,7 @@ from envs.mujoco_envs import (
     MujocoSim,
     _WindStreams,
     wind_normals,
+    wind_uniforms,
 )
 from tests.test_conformance import replay_reference as _replay_reference
 
@@ -87,10 +88,11 @@ def assert_same_episode(name, i, b, ref):
 # every scenario); here: long episodes under a standing controller, to the 1000-step limit.
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_conformance_long_episodes(name):
+@pytest.mark.parametrize("name,overrides", [(n, {}) for n in NAMES]
+                         + [("Hopper-Noise", {"wind": "ar1", "wind_body": "torso"})])
+def test_conformance_long_episodes(name, overrides):
     """A few episodes kept up by a noisy PD controller until the 1000-step limit."""
-    scenario = get_scenario(name)
+    scenario = get_scenario(name, **overrides)
     n = 4
     states = scenario.sample(np.random.default_rng(5), n)
     seeds = np.array([3, 1_000_003, 2**40 + 5, 2**62 + 17], dtype=np.int64)
@@ -278,7 +280,7 @@ def test_hopper_noise_reproducible_and_seed_dependent():
         k = min(len(traj[i]["obs"]), len(traj[j]["obs"]))
         assert not np.array_equal(traj[i]["obs"][:k], traj[j]["obs"][:k])
     # Hopper-Noise with no wind is Hopper-v5
-    calm = get_scenario("Hopper-Noise", wind_std=0.0, max_steps=300)
+    calm = get_scenario("Hopper-Noise", wind_limit=0.0, max_steps=300)
     plain = _noise_episodes(get_scenario("Hopper-v5", max_steps=300), states[:2], seeds[:2])
     still = _noise_episodes(calm, states[:2], seeds[:2])
     assert np.array_equal(plain[0]["obs"], still[0]["obs"])
@@ -315,7 +317,7 @@ def test_wind_stream_and_model():
     assert np.array_equal(wind_normals(-1, 0), wind_normals(2**64 - 1, 0))  # seeds taken mod 2**64
 
     # the force process: mean/std as documented, AR(1) lag-1 correlation exp(-dt/tau)
-    wind = HopperNoise(wind_mean=2.0, wind_std=10.0, wind_tau=0.2).wind_model(0.008)
+    wind = HopperNoise(wind="ar1", wind_mean=2.0, wind_std=10.0, wind_tau=0.2).wind_model(0.008)
     streams = _WindStreams(wind, np.arange(300))
     idx = np.arange(300)
     f = np.stack([wind.force(streams.advance(idx, np.full(300, t))) for t in range(600)], axis=1)
@@ -323,18 +325,41 @@ def test_wind_stream_and_model():
     assert abs(f[:, 0].std() - 10.0) < 1.5  # stationary from the first step
     lag1 = np.mean((f[:, :-1] - 2.0) * (f[:, 1:] - 2.0)) / 100.0
     assert abs(lag1 - np.exp(-0.008 / 0.2)) < 0.03
-    white = HopperNoise(wind_tau=0.0).wind_model(0.008)
+    white = HopperNoise(wind="ar1", wind_tau=0.0).wind_model(0.008)
     assert white.rho == 0.0 and white.innovation == 1.0
 
-    # the reference wrapper applies the force to the torso's xfrc_applied (x component)
-    scenario = get_scenario("Hopper-Noise")
-    env = scenario.reference_env()
-    scenario.reference_reset_to(env, scenario.sample(np.random.default_rng(0), 1)[0], seed=3)
-    for _ in range(5):
-        env.step(np.zeros(3))
-        torso = env.unwrapped.model.body("torso").id
-        assert env.unwrapped.data.xfrc_applied[torso, 0] == env.last_force != 0.0
-        assert np.all(env.unwrapped.data.xfrc_applied[torso, 1:] == 0.0)
+    # the default, 1R2R's walk: W_0 = u_0 · step · limit, |W_t - W_{t-1}| <= step · limit, |W_t| <= limit,
+    # uniform draws from the episode's stream; it reaches its bounds within an episode
+    walk = HopperNoise().wind_model(0.008)
+    assert (walk.kind, walk.limit, walk.step, walk.mean) == ("walk", 2.5, 0.1, 0.0)
+    u = wind_uniforms(7, 0)
+    assert u.min() >= -1.0 and u.max() < 1.0 and abs(u.mean()) < 0.1 and np.array_equal(u, wind_uniforms(7, 0))
+    streams = _WindStreams(walk, np.arange(300))
+    f = np.stack([walk.force(streams.advance(idx, np.full(300, t))) for t in range(1000)], axis=1)
+    np.testing.assert_allclose(f[:7, 0], np.array([wind_uniforms(s, 0)[0] for s in range(7)]) * 0.25)
+    assert np.all(np.abs(np.diff(f, axis=1)) <= 0.25 + 1e-12) and np.all(np.abs(f) <= 2.5)
+    assert np.mean(np.abs(f).max(axis=1) == 2.5) > 0.5  # most episodes reach the limit
+    w = np.clip(np.cumsum(wind_uniforms(3, 0)[:20] * 0.25), -2.5, 2.5)  # unclipped start: a plain sum
+    if np.all(np.abs(np.cumsum(wind_uniforms(3, 0)[:20] * 0.25)) < 2.5):
+        np.testing.assert_allclose(f[3, :20], w)
+
+    # the reference wrapper applies the force to every body's xfrc_applied (x component; 1R2R),
+    # or to the torso's only with wind_body: torso
+    for body, pushed in (("all", ["torso", "thigh", "leg", "foot"]), ("torso", ["torso"])):
+        scenario = get_scenario("Hopper-Noise", wind_body=body)
+        env = scenario.reference_env()
+        scenario.reference_reset_to(env, scenario.sample(np.random.default_rng(0), 1)[0], seed=3)
+        model, data = env.unwrapped.model, env.unwrapped.data
+        for _ in range(5):
+            env.step(np.zeros(3))
+            ids = [model.body(b).id for b in pushed]
+            assert np.all(data.xfrc_applied[ids, 0] == env.last_force) and env.last_force != 0.0
+            assert np.all(np.delete(data.xfrc_applied[:, 0], ids) == 0.0)
+            assert np.all(data.xfrc_applied[:, 1:] == 0.0)
+    with pytest.raises(ScenarioError, match="wind_body: no body 'tail'"):
+        get_scenario("Hopper-Noise", wind_body="tail").simulator(2)
+    with pytest.raises(ScenarioError, match="wind must be one of walk, ar1"):
+        get_scenario("Hopper-Noise", wind="gale").simulator(2)
     with pytest.raises(ScenarioError, match="wind_std must be a finite number >= 0"):
         get_scenario("Hopper-Noise", wind_std=-1.0).simulator(2)
 

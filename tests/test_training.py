@@ -26,6 +26,7 @@ def test_presets_load_and_match_their_scenarios():
         cfg = AutTrainConfig.from_file(f)
         assert f.stem == f"{cfg.scenario}-{cfg.algo}"
         cfg.validate()
+        assert cfg.init_from is None or Path(cfg.init_from).is_file(), f  # relative to the preset's folder
 
 
 def test_ray_train_job_in_process_with_mlflow_and_resume(tmp_path):
@@ -111,3 +112,27 @@ def test_episode_end_truncated_bootstraps_through_failing_episode_ends(tmp_path)
     assert any(as_env) and not any(as_trunc)
     with pytest.raises(TrainingError, match="episode_end"):
         tiny(episode_end="sometimes").validate()
+
+
+def test_init_from_starts_from_another_runs_weights(tmp_path):
+    from envs import get_scenario
+    from workers.policies import load_policy
+
+    train_aut(tiny(steps=200, steps_per_epoch=200), tmp_path / "a")
+    src = tmp_path / "a" / "final.d3"
+    # no steps after warm-up: the new run's policy is the loaded one, and its warm-up acted with it
+    cfg = tiny(steps=100, steps_per_epoch=100, warmup_steps=200, init_from=str(src), eval_episodes=1)
+    train_aut(cfg, tmp_path / "b")
+    x = get_scenario("CartPole-v1").sample(np.random.default_rng(0), 64).astype(np.float32)
+    a = load_policy(str(src), get_scenario("CartPole-v1")).act(x)
+    b = load_policy(str(tmp_path / "b" / "final.d3"), get_scenario("CartPole-v1")).act(x)
+    assert np.array_equal(a, b)
+    fresh = tiny(steps=100, steps_per_epoch=100, warmup_steps=200, eval_episodes=1)
+    train_aut(fresh, tmp_path / "c")
+    c = load_policy(str(tmp_path / "c" / "final.d3"), get_scenario("CartPole-v1")).act(x)
+    assert not np.array_equal(a, c)  # without init_from: fresh networks, other actions
+    with pytest.raises(TrainingError, match="init_from: no model file"):
+        train_aut(tiny(steps=10, steps_per_epoch=10, init_from=str(tmp_path / "nope.d3")), tmp_path / "d")
+    hopper = tiny("Hopper-v5", "sac", steps=10, steps_per_epoch=10, init_from=str(src))
+    with pytest.raises(TrainingError, match="init_from: .* is a DoubleDQN, this run trains a SAC"):
+        train_aut(hopper, tmp_path / "e")

@@ -63,6 +63,10 @@ class AutTrainConfig:
     # fixed-length episodes end "terminated" by their failure oracle while the observation carries
     # no time (CoopNavi: a failed episode ends at step 25 like a passed one)
     episode_end: str = "env"
+    # start from another run's weights (a d3rlpy model.d3 of the same algorithm and spaces; in a YAML
+    # file a relative path is relative to that file), e.g. a calm-air Hopper fine-tuned in wind; its
+    # warm-up steps then act with that policy, not at random
+    init_from: str | None = None
     device: str | None = None  # None: cuda when available
 
     @classmethod
@@ -71,6 +75,8 @@ class AutTrainConfig:
         data = load_yaml(p, "training config", TrainingError, fix="see experiments/aut/ for the presets",
                          allow_empty=True)
         data.pop("source", None)  # provenance notes, not a setting
+        if data.get("init_from") and not Path(data["init_from"]).is_absolute():
+            data["init_from"] = str((p.parent / data["init_from"]).resolve())  # relative to the YAML file
         data.update({k: v for k, v in overrides.items() if v is not None})
         unknown = set(data) - {f for f in cls.__dataclass_fields__}
         if unknown:
@@ -279,15 +285,38 @@ def _start_or_resume(cfg: AutTrainConfig, out: Path, env, resume: bool, device: 
         d3rlpy.seed(cfg.seed)  # the networks' initial weights come from torch's global generator
         algo = make_algo(cfg, device)
         algo.build_with_env(env)
+        if cfg.init_from:
+            _load_weights(algo, cfg.init_from, device)
         buffer = d3rlpy.dataset.create_fifo_replay_buffer(limit=cfg.buffer_size, env=env)
     return state, algo, buffer, min_fill
 
 
+def _load_weights(algo, path: str, device: str) -> None:
+    """Copy a saved d3rlpy model's weights and optimizer states into ``algo`` (``init_from``).
+    d3rlpy's ``.d3`` files are pickles: load only models you trust."""
+    import d3rlpy
+
+    if not Path(path).is_file():
+        raise TrainingError(f"init_from: no model file {path}; give a d3rlpy model.d3 of the same algorithm")
+    src = d3rlpy.load_learnable(str(path), device=device)
+    if type(src) is not type(algo):
+        raise TrainingError(f"init_from: {path} is a {type(src).__name__}, this run trains a {type(algo).__name__}")
+    import io
+
+    buf = io.BytesIO()
+    src.impl.save_model(buf)  # networks and optimizer states
+    buf.seek(0)
+    try:
+        algo.impl.load_model(buf)  # shapes checked by torch
+    except RuntimeError as exc:
+        raise TrainingError(f"init_from: {path} does not fit this run's networks ({str(exc).splitlines()[0]})") from exc
+
+
 def _act(cfg: AutTrainConfig, env, algo, explorer, obs, step: int, epoch: int):
-    """Uniformly random during the first run's warm-up, then the explorer (ddqn) or the
-    stochastic policy (sac)."""
+    """Uniformly random during the first run's warm-up (the loaded policy's actions with
+    ``init_from``), then the explorer (ddqn) or the stochastic policy (sac)."""
     x = obs[None].astype(np.float32)
-    if step <= cfg.warmup_steps and epoch == 0:
+    if step <= cfg.warmup_steps and epoch == 0 and not cfg.init_from:
         return env.action_space.sample()
     if explorer is not None:
         return explorer.sample(algo, x, step)[0]
