@@ -1029,3 +1029,44 @@ def test_bad_input_table_is_generated_and_current(tmp_path, capsys, monkeypatch)
     if old != doc:
         path.write_text(doc)
     assert old == doc, "docs/bad-input.md was out of date and has been regenerated: review and commit it"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_the_supervisor_leaves_no_child_behind_of_a_process_that_keeps_starting_them():
+    """The race behind a dashboard process that outlived its driver: a child started after the
+    supervisor's last look is orphaned when its parent is killed. Here the parent starts a child
+    every 10 ms and ignores SIGTERM; when the driver's pipe closes, none of it may survive."""
+    from orchestrator.cluster import watchdog
+
+    marker = f"{os.getpid()}.{time.monotonic_ns() % 10**6}"
+    code = ("import signal, subprocess, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            f"while True:\n    subprocess.Popen(['sleep', '{marker}']); time.sleep(0.01)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    sup = watchdog.supervise([parent.pid])
+    assert sup is not None
+    time.sleep(1.5)  # the supervisor is watching a tree that grows every 10 ms
+
+    def sleepers():
+        out = set()
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                try:
+                    cmd = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if cmd[:2] == [b"sleep", marker.encode()] and "zombie" not in _state(int(name)):
+                    out.add(int(name))
+        return out
+
+    assert sleepers(), "the test's parent started no children"
+    os.close(sup._deltarl_pipe)  # what the driver's death does
+    try:
+        sup.wait(timeout=60)
+        parent.wait(timeout=10)
+    finally:
+        parent.kill()
+    time.sleep(0.5)
+    left = sleepers()
+    for pid in left:  # do not leave them to the next test
+        os.kill(pid, 9)
+    assert not left, f"{len(left)} children outlived the supervisor"

@@ -10,9 +10,11 @@ to the dead GCS, and workers can linger too.
 own session so that a Ctrl-C to the driver's terminal does not reach it). It holds the read end
 of a pipe whose write end only the driver holds; every half second it records the processes
 descending from the cluster's processes (with their start times, so that a reused PID is never
-touched). When the pipe reports end-of-file (the driver is gone, however it died), it sends
-SIGTERM to every recorded process still alive, waits a moment, sends SIGKILL to the rest, and
-exits. It never touches a process it did not see descending from the cluster.
+touched). When the pipe reports end-of-file (the driver is gone, however it died), it stops
+(SIGSTOP) the recorded processes and any children they started, looking again until no new one
+appears, then kills (SIGKILL) them all and exits: a tree ended while it runs can leave behind a
+child started after the last look. It never touches a process it did not see descending from
+the cluster.
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ import select
 import signal
 import subprocess
 import sys
-import time
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
@@ -70,7 +71,24 @@ def _signal(tracked: dict[int, int], sig: int) -> None:
             pass
 
 
-def watch(fd: int, roots: list[int], poll_s: float = 0.5, grace_s: float = 2.0) -> None:
+def freeze(tracked: dict[int, int]) -> dict[int, int]:
+    """Stop (SIGSTOP) every tracked process and every descendant it has, until a look at /proc
+    finds no new one: a stopped process cannot start another, and a child started while its
+    parent was being stopped is found under that parent (still alive, stopped) at the next look.
+    Ending a tree while it is running instead can miss a child started after the last look,
+    which its killed parent then leaves behind (seen: two of the dashboard's processes
+    outliving their driver)."""
+    frozen: dict[int, int] = {}
+    while True:
+        tracked.update(_descendants(tracked))
+        new = {pid: start for pid, start in _alive(tracked).items() if pid not in frozen}
+        if not new:
+            return frozen
+        _signal(new, signal.SIGSTOP)
+        frozen.update(new)
+
+
+def watch(fd: int, roots: list[int], poll_s: float = 0.5) -> None:
     """Track ``roots`` and their descendants until ``fd`` reaches end-of-file; then end them."""
     tracked = {pid: st[1] for pid in roots if (st := _stat(pid)) is not None}
     while True:
@@ -78,12 +96,8 @@ def watch(fd: int, roots: list[int], poll_s: float = 0.5, grace_s: float = 2.0) 
         if ready and not os.read(fd, 4096):
             break  # the driver is gone (or shut Ray down and exited)
         tracked.update(_descendants(tracked))
-    tracked.update(_descendants(tracked))  # children started since the last look
-    _signal(tracked, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while _alive(tracked) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    _signal(tracked, signal.SIGKILL)
+    frozen = freeze(tracked)
+    _signal(frozen, signal.SIGKILL)  # the driver is gone: nothing is left for them to finish
 
 
 def supervise(roots: list[int]) -> subprocess.Popen | None:
