@@ -67,6 +67,25 @@ def test_a_grid_of_six_campaigns_runs_into_one_table(tmp_path, ray_cluster):
     assert (tmp_path / "out" / "g-000" / "results.json").stat().st_mtime == mtime
 
 
+def test_only_runs_the_matching_campaigns_and_a_later_run_the_rest(tmp_path, ray_cluster):
+    from orchestrator.campaign.grid import parse_only
+
+    g = grid_file(tmp_path, """  method:
+    - {safety.fuzzer: random}
+    - {safety.fuzzer: mdpfuzz, safety.params: {tau: 0.02}}
+  seed: [0, 1]""")
+    df = run_grid(g, progress=False, only=parse_only(["safety.params.tau=0.02", "seed=1"]))
+    assert df["campaign"].tolist() == ["g-003"] and (df["status"] == "done").all()
+    assert [p.name for p in sorted((tmp_path / "out").glob("g-*"))] == ["g-003"]
+    df = run_grid(g, progress=False, only=parse_only(["safety.fuzzer=random"]))  # g-003 reported, not re-run
+    assert df["campaign"].tolist() == ["g-000", "g-001", "g-003"]
+    assert len(run_grid(g, progress=False)) == 4
+    with pytest.raises(GridError, match="no campaign of the grid matches"):
+        run_grid(g, progress=False, only=parse_only(["scenario=Pong-v5"]))
+    with pytest.raises(GridError, match="write SETTING=VALUE"):
+        parse_only(["seed"])
+
+
 def test_profiles_set_budgets_axes_and_output(tmp_path):
     profiles = """profiles:
   local: {set: {safety.budget: {episodes: 50}}, axes: {seed: [0, 1, 2]}}

@@ -187,8 +187,46 @@ def _finished(point_campaign, folder: RunFolder) -> dict | None:
     return folder.results()
 
 
-def run_grid(grid: dict, *, progress: bool = True) -> pd.DataFrame:
+def parse_only(items: list[str] | None) -> dict:
+    """``["scenario=ACASXu", "seed=0"]`` -> {"scenario": "ACASXu", "seed": 0} (values read as YAML)."""
+    import yaml
+
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise GridError(f"--only {item!r}: write SETTING=VALUE, e.g. --only scenario=ACASXu or --only safety.fuzzer=mdpfuzz")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def no_match(only: dict) -> str:
+    return (f"--only {' '.join(f'{k}={v}' for k, v in only.items())}: no campaign of the grid matches; see them "
+            f"with --dry-run (settings are dotted paths of the campaign, e.g. scenario, seed, safety.fuzzer)")
+
+
+def selects(campaign, only: dict) -> bool:
+    """Whether the campaign's resolved settings hold every ``only`` SETTING=VALUE (dotted paths)."""
+    d = json.loads(json.dumps(campaign.to_dict(), default=str))
+    for dotted, want in only.items():
+        v = d
+        for k in dotted.split("."):
+            if not isinstance(v, dict) or k not in v:
+                return False  # a setting this campaign does not have (e.g. another fuzzer's parameter)
+            v = v[k]
+        if v != want and str(v) != str(want):
+            return False
+    return True
+
+
+def run_grid(grid: dict, *, progress: bool = True, only: dict | None = None) -> pd.DataFrame:
+    """Run the grid's unfinished campaigns (those matching ``only``, when given: the others are
+    left for a later run and reported only when an earlier run finished them)."""
     points = expand(grid)
+    if only:
+        chosen = [selects(c, only) for _, c in points]
+        if not any(chosen):
+            raise GridError(no_match(only))
     out = Path(grid["output"])
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / "grid.json", json.dumps(grid, indent=2, default=str).encode())
@@ -200,9 +238,10 @@ def run_grid(grid: dict, *, progress: bool = True) -> pd.DataFrame:
         done = _finished(c, RunFolder(c.output))
         if done is not None:  # finished in an earlier run of the grid
             rows[i] = row(point, c, done)
-        else:
+        elif not only or chosen[i]:
             todo.append(i)
-    bar = tqdm(total=len(points), initial=len(points) - len(todo), unit="campaign", desc=grid["name"],
+    n_rows = sum(r is not None for r in rows) + len(todo)
+    bar = tqdm(total=n_rows, initial=n_rows - len(todo), unit="campaign", desc=grid["name"],
                disable=not progress)
     res = grid.get("resources") or {}
     calls = [(points[i][1].to_dict(), tracking_uri, grid["name"]) for i in todo]
@@ -212,7 +251,7 @@ def run_grid(grid: dict, *, progress: bool = True) -> pd.DataFrame:
         rows[todo[k]] = row(point, c, result, error=error)  # one failing campaign does not stop the grid
         bar.update(1)
     bar.close()
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame([r for r in rows if r is not None])
     atomic_write_table(out / "results.parquet", pa.Table.from_pandas(df, preserve_index=False))
     atomic_write_bytes(out / "results.md", markdown_table(df).encode())
     return df

@@ -96,16 +96,29 @@ def keep_dashboard(seconds: float) -> None:
 
 
 def cmd_grid(args) -> int:
-    from orchestrator.campaign.grid import expand, load_grid, markdown_table, run_grid
+    from orchestrator.campaign.grid import (
+        GridError,
+        expand,
+        load_grid,
+        markdown_table,
+        no_match,
+        parse_only,
+        run_grid,
+        selects,
+    )
 
     grid = load_grid(args.grid, profile=args.profile)
     if args.out:
         grid["output"] = args.out
+    only = parse_only(args.only)
     if args.dry_run:
-        for point, c in expand(grid):
+        chosen = [(point, c) for point, c in expand(grid) if not only or selects(c, only)]
+        if not chosen:
+            raise GridError(no_match(only))
+        for point, c in chosen:
             print(f"{c.name}: {point} -> {c.output}")
         return 0
-    df = run_grid(grid, progress=not args.quiet)
+    df = run_grid(grid, progress=not args.quiet, only=only)
     print(markdown_table(df))
     out = Path(grid["output"])
     from orchestrator.runs.mlflow_ui import ui_lines
@@ -252,6 +265,9 @@ def register(sub) -> None:
                    help="the grid's named budget profile, e.g. local (laptop-sized) or paper (the papers' budgets); "
                         "default: the first profile in the file")
     p.add_argument("--out", default=None, type=out_arg, help="output folder (overrides the grid's)")
+    p.add_argument("--only", action="append", metavar="SETTING=VALUE", default=None,
+                   help="run only the campaigns whose settings match (repeatable, all must hold), e.g. --only "
+                        "scenario=ACASXu --only safety.fuzzer=llmtester --only seed=0; the rest wait for a later run")
     p.add_argument("--dry-run", action="store_true", help="list the campaigns, run nothing")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_grid)
