@@ -245,3 +245,71 @@ def test_paper_numbers_reproduce_the_papers_percentages():
         _, best = best_baseline({k: v[0] for k, v in vals.items() if k != "delta"})
         assert round(improvement(vals["delta"][0], best), 0 if sc == "Hopper-Noise" else 1) == pct, (sc, metric)
     assert np.isclose(t3["Acrobot-v1"]["bugs"]["delta"][0], 5450.0)
+
+
+def test_report_gives_llmtesters_table2_layout_from_the_runs_figures(tmp_path):
+    """Safety runs on ACAS Xu of random, MDPFuzz, LLMTester and LLMTester w/o ms, two seeds each
+    (the LLM is the local test double): the report's Table II rows are the runs' own summary
+    figures (mean ± CI over the two seeds), the paper's numbers beside them, LLM cost only for the
+    LLM methods, the calls saved by multi-scale computed from the runs; the saved data makes the
+    same report again; two runs of one campaign name stay apart."""
+    import json
+
+    from orchestrator.analysis.sections import cell
+    from tests.llm_server import LLMStubServer
+
+    methods = {"random": "{fuzzer: random}", "mdpfuzz": "{fuzzer: mdpfuzz}", "llmtester": "{fuzzer: llmtester}",
+               "llmtester w/o ms": "{fuzzer: llmtester, params: {multi_scale: false}}"}
+    runs_dir = tmp_path / "runs"
+    with LLMStubServer(step=0.3) as srv:
+        for i, (m, fz) in enumerate(methods.items()):
+            for seed in (0, 1):
+                p = tmp_path / f"c{i}{seed}.yaml"
+                p.write_text(f"""
+name: {"acas-llm" if m.startswith("llmtester") and seed == 0 else f"acas-{i}-{seed}"}
+scenario: ACASXu
+aut: python:workers.acasxu_policy:AcasXuDNN
+workers: 0
+seed: {seed}
+output: {runs_dir / f"{i}-{seed}"}
+mlflow: false
+safety:
+  fuzzer: {fz.split("fuzzer: ")[1].split(",")[0].rstrip("}")}
+  {"params: {multi_scale: false}" if "w/o" in m else ""}
+  budget: {{episodes: 64}}
+  sampling_fraction: 0.25
+  generation_size: 16
+llm: {{base_url: "{srv.base_url}", model: stub-model, requests_per_minute: 6000, max_concurrent: 2, actors: 1}}
+""")
+                run(p)
+    out = write_report(runs_dir, tmp_path / "rep", videos=0)
+    md = Path(out["markdown"]).read_text()
+    assert "### Safety testing in LLMTester's layout (Table II, Fig. 10)" in md
+    summaries = {m: [json.loads((runs_dir / f"{i}-{s}" / "summary.json").read_text()) for s in (0, 1)]
+                 for i, m in enumerate(methods)}
+    paper = {"mdpfuzz": ["56", "43", "22", "20"], "llmtester": ["150", "43", "22", "29"]}
+    for m, ss in summaries.items():
+        row = next(line for line in md.splitlines() if line.startswith(f"| {m} |"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1] == cell([s["failures"] for s in ss])
+        for j, k in enumerate(("entire", "initial", "terminal")):
+            assert cells[3 + 2 * j] == cell([s["failure_states"][k] for s in ss])
+        assert [cells[2], cells[4], cells[6], cells[8]] == paper.get(m, ["", "", "", ""])
+        if m.startswith("llmtester"):
+            assert cells[9] == cell([s["llm_calls"] for s in ss]) and cells[9] != "0 (n=2)"
+        else:
+            assert cells[9] == cells[10] == cells[11] == "–"
+    assert all(s["failure_states"]["grid"] == "fixed" for ss in summaries.values() for s in ss)
+    ms = np.mean([s["llm_calls"] for s in summaries["llmtester"]])
+    wo = np.mean([s["llm_calls"] for s in summaries["llmtester w/o ms"]])
+    assert wo > ms  # without the multi-scale strategy every fuzzing test asks the LLM
+    assert f"LLM calls saved by the multi-scale strategy: {100 * (1 - ms / wo):.1f}%" in md and "paper: 5.27%." in md
+    assert "LLMTester against the best other method" in md
+    assert "acas-llm@" in (tmp_path / "rep" / "report.md").read_text()  # both llmtester seeds 0 kept apart
+    again = Path(write_report(tmp_path / "rep", tmp_path / "again", videos=0)["markdown"]).read_text()
+
+    def table2(text):
+        start = text.index("### Safety testing in LLMTester's layout")
+        return text[start:text.index("\n### ", start + 1)]
+
+    assert table2(again) == table2(md)  # from the saved report_data/ alone

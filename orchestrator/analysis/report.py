@@ -12,7 +12,9 @@ What it reads (every part optional; a missing part is reported as such):
 * a folder holding only an earlier report's ``report_data/`` (or only a grid's ``results.parquet``).
 
 The report leads with the answer: Delta against the best baseline on every scenario, ours beside
-the paper's (``experiments/papers/delta.yaml``), and the bugs over time. Then, per scenario, the
+the paper's (``experiments/papers/delta.yaml``), and the bugs over time. Then, per scenario,
+LLMTester's Table II layout where safety runs of its scenarios or of LLMTester are present
+(:mod:`~orchestrator.analysis.llmtester_tables`, ``experiments/papers/llmtester.yaml``), the
 tables in the Delta paper's layout (Tables 2–4 with Mann–Whitney U and Cohen's d of Delta against
 the best other method; Table 1 and Fig. 4; the safety failures; Table 6's behaviour clusters), the
 bugs one can watch (GIFs of the AUT's and the challenger's episodes from the top bugs' states),
@@ -31,6 +33,8 @@ import pandas as pd
 import yaml
 
 from orchestrator.analysis.document import CSS, Doc
+from orchestrator.analysis.llmtester_tables import load_paper as load_llmtester_paper
+from orchestrator.analysis.llmtester_tables import section_table2
 from orchestrator.analysis.report_data import DATA_DIR, ReportData, ReportError, collect
 from orchestrator.analysis.sections import (
     BASELINES,
@@ -152,8 +156,10 @@ def build(path: str | Path, *, max_sequences: int = 300, videos: int = 2, data: 
         for sc in scenarios:
             figure_runs(doc, data, sc)
             figure_bugs_over_time(doc, data, sc)
+    llm_paper = load_llmtester_paper()
     for sc in scenarios:
         doc.h(sc if not single else f"{sc}: tables and figures", 2)
+        section_table2(doc, data, sc, llm_paper)
         section_optimality(doc, data, sc, paper)
         if not answered:  # the key plots right after the comparison
             if len(optimality_units(runs, sc)) > 1:

@@ -29,6 +29,7 @@ unit, and statistics over safety runs or challengers count each unit once.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,7 +130,29 @@ def run_row(r: Run) -> dict:
             "safety_key": safety_key(r),
             "method": r.optimality_method, "challenger_algo": r.challenger_algo, "challenger_return": ca,
             "oracle": o.get("oracle"), "cases": o.get("cases"), "bugs": o.get("bugs"),
-            "distinct_bugs": o.get("distinct_bugs"), "distance": o.get("distance"), "flaky_bugs": o.get("flaky_bugs")}
+            "distinct_bugs": o.get("distinct_bugs"), "distance": o.get("distance"), "flaky_bugs": o.get("flaky_bugs"),
+            **safety_search_row(r)}
+
+
+def safety_search_row(r: Run) -> dict:
+    """What LLMTester's Table II reads from a safety run: the method (``llmtester w/o ms`` for
+    ``multi_scale: false``), the distinct failure states (entire / initial / terminal, on a
+    ``fixed`` or ``fitted`` grid), the LLM's calls, tokens and invalid replies, the wall time."""
+    s = r.safety or {}
+    if not s:
+        return {}
+    fs = s.get("failure_states") or {}
+    params = ((r.campaign or {}).get("safety") or {}).get("params") or {}
+    method = s.get("fuzzer")
+    if method == "llmtester" and params.get("multi_scale") is False:
+        method = "llmtester w/o ms"
+    tokens = [s.get("llm_prompt_tokens"), s.get("llm_completion_tokens")]
+    return {"safety_method": method, "states_entire": fs.get("entire"), "states_initial": fs.get("initial"),
+            "states_terminal": fs.get("terminal"), "states_grid": fs.get("grid"),
+            "states_intervals": fs.get("intervals"), "llm_calls": s.get("llm_calls"),
+            "llm_tokens": sum(tokens) if all(t is not None for t in tokens) else None,
+            "llm_invalid_share": s.get("llm_invalid_share"),
+            "safety_wall_seconds": s.get("wall_seconds")}
 
 
 def agent_rows(r: Run) -> list[dict]:
@@ -265,6 +288,10 @@ def collect(root: str | Path, *, max_sequences: int = 300) -> ReportData:
                           f"optimality_summary.json or results.json), no grid {GRID_RESULTS} and no saved "
                           f"{DATA_DIR}/ of an earlier report")
     runs = [Run.load(d) for d in dirs]
+    names = Counter(r.name for r in runs)
+    for r in runs:  # two runs of one campaign file (another seed) keep apart: named by their folder
+        if names[r.name] > 1:
+            r.alias = f"{r.name}@{r.dir.relative_to(root) if r.dir != root else r.dir.name}"
     table = pd.DataFrame([run_row(r) for r in runs])
     if grid_df is not None and "status" in grid_df:  # failed campaigns have no run folder worth reading
         failed = grid_df[grid_df["status"] != "done"]

@@ -46,6 +46,7 @@ class Run:
     optimality: dict | None
     challengers: list  # card.json dicts
     results: dict | None
+    alias: str | None = None  # the report's name for a run whose campaign name another run shares
 
     @classmethod
     def load(cls, d: Path) -> "Run":
@@ -63,6 +64,8 @@ class Run:
 
     @property
     def name(self) -> str:
+        if self.alias:
+            return self.alias
         for src, key in ((self.campaign, "name"), (self.optimality, "campaign"), (self.safety, "campaign")):
             if src and src.get(key):
                 return str(src[key])

@@ -368,7 +368,8 @@ def section_table1(doc: Doc, data, scenario: str, paper: dict) -> None:
     _training_time(doc, auts, chs, scenario, aut_name)
     if not safety.empty:
         srows = []
-        for fz, ss in safety.groupby("safety_fuzzer", dropna=False):
+        by = "safety_method" if "safety_method" in safety and safety["safety_method"].notna().all() else "safety_fuzzer"
+        for fz, ss in safety.groupby(by, dropna=False):  # LLMTester w/o ms apart from LLMTester
             srows.append([str(fz), ", ".join(str(int(e)) for e in sorted(set(_vals(ss["safety_episodes"])))),
                           cell(ss["failures"]), cell(ss["distinct_failures"]),
                           _paper_cell(p1.get("safety_failures")) if fz == "curefuzz" else ""])
