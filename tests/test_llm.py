@@ -329,6 +329,49 @@ def test_bad_case_feedback_reaches_the_next_prompt():
     assert kinds == {"Invalidity", "Excessive modification", "Insufficient challenge"}, kinds
 
 
+def test_failures_are_counted_by_the_operator_that_made_the_test():
+    """Does the LLM's scenario fail more often than a random mutation? Each failing fuzzing test
+    is counted under its operator (the LLM's scenario, the multi-scale random mutation, the random
+    mutation replacing an unusable reply); twins and seeds under none. The generator answers
+    usable and unusable replies in turn; the feedback fails a chosen set of tests."""
+    import json as _json
+
+    from orchestrator.fuzzers import Feedback
+    from orchestrator.fuzzers.llmtester import FAILURES_BY_OPERATOR
+
+    sc = get_scenario("CartPole-v1")
+    turn = {"n": 0}
+
+    def generate(requests):
+        out = []
+        for r in requests:
+            turn["n"] += 1
+            state = dict(zip(sc.state_names, (0.01 * (turn["n"] % 5), 0.0, 0.0, 0.0)))
+            text = _json.dumps({"new_state": state}) if turn["n"] % 3 else "no state here"
+            out.append({"ok": True, "text": text, "prompt_tokens": 10, "completion_tokens": 5})
+        return out
+
+    f = make_fuzzer("llmtester", sc, seed=0, alpha=50.0)
+    f.attach_llm(generate)
+    rng = np.random.default_rng(3)
+    want = dict.fromkeys(FAILURES_BY_OPERATOR.values(), 0)
+    for g in range(12):
+        if g == 2:
+            f.start_phase("fuzzing")
+        p = f.propose(8)
+        n = len(p.states)
+        failure = rng.random(n) < 0.4
+        returns = np.where(failure, 5.0, 50.0) + rng.random(n)
+        for i in np.flatnonzero(failure):
+            if p.tags["kind"][i] == "mutant":
+                want[FAILURES_BY_OPERATOR[str(p.tags["operator"][i])]] += 1
+        f.observe(p, Feedback(returns=returns, lengths=np.where(failure, 5, 50), terminated=failure.copy(),
+                              failure=failure, traj_obs=[np.zeros((2, 4))] * n))
+    s = f.stats()
+    got = {k: s[k] for k in want}
+    assert got == want and all(v > 0 for v in want.values()), (got, want)
+
+
 # -- the whole loop -----------------------------------------------------------------------------
 
 

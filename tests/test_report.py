@@ -305,6 +305,11 @@ llm: {{base_url: "{srv.base_url}", model: stub-model, requests_per_minute: 6000,
     assert wo > ms  # without the multi-scale strategy every fuzzing test asks the LLM
     assert f"LLM calls saved by the multi-scale strategy: {100 * (1 - ms / wo):.1f}%" in md and "paper: 5.27%." in md
     assert "LLMTester against the best other method" in md
+    for m in ("llmtester", "llmtester w/o ms"):  # failing fuzzing tests by operator, pooled over the seeds
+        ss = summaries[m]
+        tests, fails = sum(s["llm_usable"] for s in ss), sum(s["llm_scenario_failures"] for s in ss)
+        assert f"| {m} | the LLM's scenario | {tests} | {fails} |" in md
+    assert sum(s["random_mutations"] for s in summaries["llmtester w/o ms"]) == 0
     assert "acas-llm@" in (tmp_path / "rep" / "report.md").read_text()  # both llmtester seeds 0 kept apart
     again = Path(write_report(tmp_path / "rep", tmp_path / "again", videos=0)["markdown"]).read_text()
 

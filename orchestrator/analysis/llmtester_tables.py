@@ -91,9 +91,35 @@ def section_table2(doc: Doc, data, scenario: str, paper: dict) -> bool:
              "distinct grid cells of every observation of the failing episodes, of their initial and of their final "
              "observations. Invalid replies: replies without a usable scenario, as a share of all replies (pooled over "
              "the runs); each such test fell back to a random mutation. \"–\": the method calls no LLM.")
+    _operators(doc, units, scenario, methods)
     _versus_best(doc, units, scenario, methods)
     _calls_saved(doc, units, scenario, paper)
     return True
+
+
+OPERATORS = (("llm_scenarios", "llm_scenario_failures", "the LLM's scenario"),
+             ("random_mutations", "random_mutation_failures", "random mutation (multi-scale)"),
+             ("llm_fallbacks", "llm_fallback_failures", "random mutation replacing an unusable reply"))
+
+
+def _operators(doc: Doc, units: pd.DataFrame, scenario: str, methods: list[str]) -> None:
+    """Which operator made the failing fuzzing tests, pooled over the runs that recorded it: does
+    the LLM's scenario fail more often than a random mutation?"""
+    rows, missing = [], 0
+    for m in (m for m in methods if m.startswith(OURS)):
+        u = units[units["safety_method"] == m]
+        known = u[_col(u, "llm_scenario_failures").notna()]
+        missing += len(u) - len(known)
+        for tests_col, fail_col, label in OPERATORS if not known.empty else ():
+            tests, fails = sum(_vals(known[tests_col])), sum(_vals(known[fail_col]))
+            rate = f"{100.0 * fails / tests:.1f}%" if tests else "–"
+            rows.append([m, label, f"{tests:.0f}", f"{fails:.0f}", rate, str(len(known))])
+    if rows:
+        doc.table(["method", "operator that made the test", "fuzzing tests", "failures", "failure rate", "runs"], rows,
+                  align="llrrrr", caption=f"{scenario}: failing fuzzing tests by the operator that made them (pooled)")
+        doc.note("Tests of the fuzzing phase only (MDPFuzz's twins, which measure sensitivity, and the sampling phase "
+                 "are under no operator)." + (f" {missing} LLMTester run(s) predate this record and are left out."
+                                              if missing else ""))
 
 
 def _share(shares: pd.Series, calls: list[float]) -> str:

@@ -152,6 +152,13 @@ def safety_search_row(r: Run) -> dict:
             "states_intervals": fs.get("intervals"), "llm_calls": s.get("llm_calls"),
             "llm_tokens": sum(tokens) if all(t is not None for t in tokens) else None,
             "llm_invalid_share": s.get("llm_invalid_share"),
+            # the operators' tests and failures (recorded since 2026-12-03; None in older runs)
+            "llm_scenarios": s.get("llm_usable") if "llm_scenario_failures" in s else None,
+            "llm_scenario_failures": s.get("llm_scenario_failures"),
+            "random_mutations": s.get("random_mutations") if "random_mutation_failures" in s else None,
+            "random_mutation_failures": s.get("random_mutation_failures"),
+            "llm_fallbacks": s.get("llm_fallbacks") if "llm_fallback_failures" in s else None,
+            "llm_fallback_failures": s.get("llm_fallback_failures"),
             "safety_wall_seconds": s.get("wall_seconds")}
 
 

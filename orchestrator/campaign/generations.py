@@ -384,6 +384,12 @@ def _with_llm_figures(phase: Phase, summary: dict) -> dict:
                # share of the replies without a usable state (unparseable or outside the scenario's bounds)
                "llm_invalid_share": invalid / answered if answered else float("nan"),
                "llm_unchanged": int(s.get("llm_unchanged", 0)),
+               # which operator made the failing fuzzing tests (tests: llm_usable, random_mutations,
+               # llm_fallbacks): does the LLM's scenario fail more often than a random mutation?
+               "llm_scenario_failures": int(s.get("llm_scenario_failures", 0)),
+               "random_mutations": int(s.get("random_mutations", 0)),
+               "random_mutation_failures": int(s.get("random_mutation_failures", 0)),
+               "llm_fallback_failures": int(s.get("llm_fallback_failures", 0)),
                "llm_prompt_tokens": int(s.get("llm_prompt_tokens", 0)),
                "llm_completion_tokens": int(s.get("llm_completion_tokens", 0)),
                "llm_no_usable_scenario": calls > 0 and usable == 0}

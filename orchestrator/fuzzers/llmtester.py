@@ -63,7 +63,12 @@ LOGGED_INVALID = 5  # invalid replies logged as warnings per fuzzer (the rest at
 
 LLM_COUNTERS = ("llm_calls", "llm_ok", "llm_usable", "llm_failed", "llm_unparseable", "llm_invalid", "llm_excessive",
                 "llm_insufficient", "llm_fallbacks", "random_mutations", "llm_prompt_tokens",
-                "llm_completion_tokens", "alpha_updates", "llm_unchanged")
+                "llm_completion_tokens", "alpha_updates", "llm_unchanged", "llm_scenario_failures",
+                "random_mutation_failures", "llm_fallback_failures")
+# which operator made a failing fuzzing test: the LLM's scenario, the multi-scale random
+# mutation, or the random mutation that replaced an unusable reply
+FAILURES_BY_OPERATOR = {"llm": "llm_scenario_failures", "random": "random_mutation_failures",
+                        "llm_fallback": "llm_fallback_failures"}
 
 
 # Table I of the paper: the multi-scale parameters (alpha, beta, delta) per scenario
@@ -256,6 +261,9 @@ class LLMTester(MDPFuzz):
                         f"modify the seed so the reward falls.")
             if failure[i]:
                 fails += 1
+                op = FAILURES_BY_OPERATOR.get(str(tags["operator"][i]))
+                if op:
+                    self._counters[op] += 1
                 if self.multi_scale:
                     self._update_alpha(tests, fails)
 
