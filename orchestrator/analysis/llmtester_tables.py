@@ -79,8 +79,8 @@ def section_table2(doc: Doc, data, scenario: str, paper: dict) -> bool:
             row += [cell(_col(u, k), why_empty="not recorded"), "" if pv is None else str(pv)]
         calls = _vals(_col(u, "llm_calls"))
         llm = m.startswith(OURS)
-        row += [cell(calls, why_empty="not recorded") if llm else "–",
-                cell(_col(u, "llm_tokens"), why_empty="not recorded") if llm else "–",
+        row += [cell(calls, why_empty="not recorded", digits=0) if llm else "–",
+                cell(_col(u, "llm_tokens"), why_empty="not recorded", digits=0) if llm else "–",
                 _share(_col(u, "llm_invalid_share"), calls) if llm else "–",
                 cell(_col(u, "safety_wall_seconds"), why_empty="not recorded", digits=0)]
         rows.append(row)
@@ -91,10 +91,31 @@ def section_table2(doc: Doc, data, scenario: str, paper: dict) -> bool:
              "distinct grid cells of every observation of the failing episodes, of their initial and of their final "
              "observations. Invalid replies: replies without a usable scenario, as a share of all replies (pooled over "
              "the runs); each such test fell back to a random mutation. \"–\": the method calls no LLM.")
+    _per_run(doc, units, scenario, methods)
     _operators(doc, units, scenario, methods)
     _versus_best(doc, units, scenario, methods)
     _calls_saved(doc, units, scenario, paper)
     return True
+
+
+def _per_run(doc: Doc, units: pd.DataFrame, scenario: str, methods: list[str], most: int = 40) -> None:
+    """One row per run: the spread behind each mean (LLMTester's adaptive threshold can take two
+    seeds of one campaign to opposite regimes)."""
+    if len(units) > most:
+        return
+
+    def num(v) -> str:
+        return "–" if v is None or v != v else f"{float(v):.0f}"
+
+    rows = []
+    for m in methods:
+        u = units[units["safety_method"] == m].sort_values("seed")
+        for _, r in u.iterrows():
+            rows.append([m, str(r["seed"]), num(r["failures"]), num(r.get("states_entire")), num(r.get("states_initial")),
+                         num(r.get("states_terminal")), num(r.get("llm_calls")) if m.startswith(OURS) else "–",
+                         num(r.get("safety_wall_seconds"))])
+    doc.table(["method", "seed", "failures", "# entire", "# initial", "# terminal", "LLM calls", "wall (s)"], rows,
+              align="lrrrrrrr", caption=f"{scenario}: every run")
 
 
 OPERATORS = (("llm_scenarios", "llm_scenario_failures", "the LLM's scenario"),
