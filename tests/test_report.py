@@ -296,7 +296,7 @@ llm: {{base_url: "{srv.base_url}", model: stub-model, requests_per_minute: 6000,
             assert cells[3 + 2 * j] == cell([s["failure_states"][k] for s in ss])
         assert [cells[2], cells[4], cells[6], cells[8]] == paper.get(m, ["", "", "", ""])
         if m.startswith("llmtester"):
-            assert cells[9] == cell([s["llm_calls"] for s in ss]) and cells[9] != "0 (n=2)"
+            assert cells[9] == cell([s["llm_calls"] for s in ss], digits=0) and cells[9] != "0 (n=2)"
         else:
             assert cells[9] == cells[10] == cells[11] == "–"
     assert all(s["failure_states"]["grid"] == "fixed" for ss in summaries.values() for s in ss)
