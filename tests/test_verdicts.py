@@ -168,6 +168,7 @@ def test_batch_dependent_failures_are_flaky_not_failures(tmp_path):
     assert out["failures"] == (0 if run.failures() is None else len(run.failures()))
     eps = pd.read_parquet(run.root / "episodes")
     assert eps["failure"].sum() == out["failures"] + out["flaky_failures"]  # the batched record keeps both
+    assert out["failure_states"]["episodes"] == out["failures"]  # Table II's counts: confirmed failures only
     # the phase's clock holds the re-runs, the last generation's included
     assert out["wall_seconds"] >= out["rollout_seconds"] + out["confirm_seconds"] > out["rollout_seconds"]
 

@@ -1,7 +1,11 @@
 """Diversity of the failures a campaign found, as LLMTester's Table II counts it.
 
 The failing episodes are read back from the run's store (they are the replays: deltarl keeps
-every step). Each observation dimension is cut into ``intervals`` equal parts; a state is the
+every step); only the confirmed failures count (a candidate that did not fail with the AUT acting
+alone is flaky, not a failure). Their observations are the ones the search recorded: for an agent
+whose actions depend on the batch (BipedalWalker's PPO: 1.8e-6 in an action, amplified by Box2D
+over 600 steps) the episode replayed alone fails too but may take another path; a phase run with
+``inference: alone`` records exactly the deployed episodes. Each observation dimension is cut into ``intervals`` equal parts; a state is the
 tuple of its parts. The counts are the distinct states over
 
 * ``entire``   — every observation of every failing episode (the final one included),
@@ -24,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from envs.base import count_distinct_rows, grid_index
-from orchestrator.runs.layout import SAFETY_PHASES
+from orchestrator.runs.layout import SAFETY_PHASES, RunFolder
 from orchestrator.runs.store import RunStore
 
 
@@ -53,9 +57,17 @@ def state_diversity(trajectories: list[np.ndarray], intervals: int = 10, bounds=
 
 
 def failure_trajectories(run_dir: str | Path, phases=SAFETY_PHASES, role: str = "aut") -> list[np.ndarray]:
-    """The AUT's observation sequences of the failing episodes of ``phases`` (final obs included)."""
+    """The AUT's observation sequences of the failing episodes of ``phases`` (final obs included),
+    the confirmed failures only: a candidate that did not fail again with the AUT acting alone
+    (``flaky_failures.parquet``) is not a failure and is left out."""
     store = RunStore.open(run_dir)
-    eps = store.read_episodes(phase=list(phases), role=role, failure=True, columns=["episode_id", "final_obs"])
+    eps = store.read_episodes(phase=list(phases), role=role, failure=True,
+                              columns=["episode_id", "final_obs", "iteration", "state_index"])
+    flaky = RunFolder(run_dir).flaky("safety")
+    if flaky is not None and len(flaky) and len(eps):
+        out = set(zip(flaky["generation"].astype(int), flaky["state_index"].astype(int)))
+        keep = [(int(g), int(i)) not in out for g, i in zip(eps["iteration"], eps["state_index"])]
+        eps = eps[np.asarray(keep, dtype=bool)]
     if len(eps) == 0:
         return []
     steps = store.read_steps(phase=list(phases), role=role, episode_ids=eps["episode_id"].to_numpy())
