@@ -68,7 +68,7 @@ def test_a_grid_of_six_campaigns_runs_into_one_table(tmp_path, ray_cluster):
 
 
 def test_only_runs_the_matching_campaigns_and_a_later_run_the_rest(tmp_path, ray_cluster):
-    from orchestrator.campaign.grid import parse_only
+    from orchestrator.campaign.grid import parse_only, selects
 
     g = grid_file(tmp_path, """  method:
     - {safety.fuzzer: random}
@@ -80,6 +80,10 @@ def test_only_runs_the_matching_campaigns_and_a_later_run_the_rest(tmp_path, ray
     df = run_grid(g, progress=False, only=parse_only(["safety.fuzzer=random"]))  # g-003 reported, not re-run
     assert df["campaign"].tolist() == ["g-000", "g-001", "g-003"]
     assert len(run_grid(g, progress=False)) == 4
+    two = parse_only(["seed=0", "seed=1", "safety.fuzzer=mdpfuzz"])  # one setting's values: alternatives
+    assert two == {"seed": [0, 1], "safety.fuzzer": ["mdpfuzz"]}
+    picked = [c.name for _, c in expand(g) if selects(c, two)]
+    assert picked == ["g-002", "g-003"]
     with pytest.raises(GridError, match="no campaign of the grid matches"):
         run_grid(g, progress=False, only=parse_only(["scenario=Pong-v5"]))
     with pytest.raises(GridError, match="write SETTING=VALUE"):

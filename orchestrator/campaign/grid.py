@@ -188,33 +188,37 @@ def _finished(point_campaign, folder: RunFolder) -> dict | None:
 
 
 def parse_only(items: list[str] | None) -> dict:
-    """``["scenario=ACASXu", "seed=0"]`` -> {"scenario": "ACASXu", "seed": 0} (values read as YAML)."""
+    """``["scenario=ACASXu", "seed=0", "seed=1"]`` -> {"scenario": ["ACASXu"], "seed": [0, 1]}
+    (values read as YAML): different settings must all hold, values of one setting are
+    alternatives."""
     import yaml
 
-    out = {}
+    out: dict[str, list] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise GridError(f"--only {item!r}: write SETTING=VALUE, e.g. --only scenario=ACASXu or --only safety.fuzzer=mdpfuzz")
-        out[key.strip()] = yaml.safe_load(value)
+        out.setdefault(key.strip(), []).append(yaml.safe_load(value))
     return out
 
 
 def no_match(only: dict) -> str:
-    return (f"--only {' '.join(f'{k}={v}' for k, v in only.items())}: no campaign of the grid matches; see them "
-            f"with --dry-run (settings are dotted paths of the campaign, e.g. scenario, seed, safety.fuzzer)")
+    said = " ".join(f"--only {k}={v}" for k, vs in only.items() for v in vs)
+    return (f"{said}: no campaign of the grid matches; see them with --dry-run (settings are dotted paths of the "
+            f"campaign, e.g. scenario, seed, safety.fuzzer)")
 
 
 def selects(campaign, only: dict) -> bool:
-    """Whether the campaign's resolved settings hold every ``only`` SETTING=VALUE (dotted paths)."""
+    """Whether the campaign's resolved settings hold every ``only`` setting (dotted paths), each
+    with one of its values."""
     d = json.loads(json.dumps(campaign.to_dict(), default=str))
-    for dotted, want in only.items():
+    for dotted, wants in only.items():
         v = d
         for k in dotted.split("."):
             if not isinstance(v, dict) or k not in v:
                 return False  # a setting this campaign does not have (e.g. another fuzzer's parameter)
             v = v[k]
-        if v != want and str(v) != str(want):
+        if not any(v == w or str(v) == str(w) for w in wants):
             return False
     return True
 

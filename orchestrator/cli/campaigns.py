@@ -266,8 +266,9 @@ def register(sub) -> None:
                         "default: the first profile in the file")
     p.add_argument("--out", default=None, type=out_arg, help="output folder (overrides the grid's)")
     p.add_argument("--only", action="append", metavar="SETTING=VALUE", default=None,
-                   help="run only the campaigns whose settings match (repeatable, all must hold), e.g. --only "
-                        "scenario=ACASXu --only safety.fuzzer=llmtester --only seed=0; the rest wait for a later run")
+                   help="run only the campaigns whose settings match (repeatable: different settings must all "
+                        "hold, repeated ones are alternatives), e.g. --only scenario=ACASXu --only seed=0 --only seed=1; "
+                        "the rest wait for a later run")
     p.add_argument("--dry-run", action="store_true", help="list the campaigns, run nothing")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_grid)
