@@ -111,11 +111,21 @@ def _per_run(doc: Doc, units: pd.DataFrame, scenario: str, methods: list[str], m
     for m in methods:
         u = units[units["safety_method"] == m].sort_values("seed")
         for _, r in u.iterrows():
+            llm = m.startswith(OURS)
             rows.append([m, str(r["seed"]), num(r["failures"]), num(r.get("states_entire")), num(r.get("states_initial")),
-                         num(r.get("states_terminal")), num(r.get("llm_calls")) if m.startswith(OURS) else "–",
-                         num(r.get("safety_wall_seconds"))])
-    doc.table(["method", "seed", "failures", "# entire", "# initial", "# terminal", "LLM calls", "wall (s)"], rows,
-              align="lrrrrrrr", caption=f"{scenario}: every run")
+                         num(r.get("states_terminal")), num(r.get("llm_calls")) if llm else "–",
+                         num(r.get("llm_usable")) if llm else "–", num(r.get("llm_unchanged")) if llm else "–",
+                         _alpha(r.get("llm_alpha_final")) if llm else "–", num(r.get("safety_wall_seconds"))])
+    doc.table(["method", "seed", "failures", "# entire", "# initial", "# terminal", "LLM calls", "usable replies",
+               "replies = seed", "α at the end", "wall (s)"], rows, align="lrrrrrrrrrr", caption=f"{scenario}: every run")
+    doc.note("Usable replies: a valid scenario came back (the others fell back to a random mutation); replies = seed: "
+             "usable, and the seed itself as printed in the prompt (small models copy it). α: the multi-scale threshold "
+             "after the last generation (percent of the database counted as high-potential, whose seeds get a random "
+             "mutation instead of the LLM; Eq. 6 moves it after each failure).")
+
+
+def _alpha(v) -> str:
+    return "–" if v is None or v != v else f"{float(v):.3g}"
 
 
 OPERATORS = (("llm_scenarios", "llm_scenario_failures", "the LLM's scenario"),

@@ -147,11 +147,14 @@ def safety_search_row(r: Run) -> dict:
     if method == "llmtester" and params.get("multi_scale") is False:
         method = "llmtester w/o ms"
     tokens = [s.get("llm_prompt_tokens"), s.get("llm_completion_tokens")]
+    tl = read_parquet(r.folder.timeline_parquet("safety")) if s.get("llm_calls") is not None else None
+    alpha = float(tl["alpha"].iloc[-1]) if tl is not None and "alpha" in tl and len(tl) else None
     return {"safety_method": method, "states_entire": fs.get("entire"), "states_initial": fs.get("initial"),
             "states_terminal": fs.get("terminal"), "states_grid": fs.get("grid"),
             "states_intervals": fs.get("intervals"), "llm_calls": s.get("llm_calls"),
             "llm_tokens": sum(tokens) if all(t is not None for t in tokens) else None,
-            "llm_invalid_share": s.get("llm_invalid_share"),
+            "llm_invalid_share": s.get("llm_invalid_share"), "llm_usable": s.get("llm_usable"),
+            "llm_unchanged": s.get("llm_unchanged"), "llm_alpha_final": alpha,
             # the operators' tests and failures (recorded since 2026-12-03; None in older runs)
             "llm_scenarios": s.get("llm_usable") if "llm_scenario_failures" in s else None,
             "llm_scenario_failures": s.get("llm_scenario_failures"),
