@@ -2,10 +2,11 @@
 
 The failing episodes are read back from the run's store (they are the replays: deltarl keeps
 every step); only the confirmed failures count (a candidate that did not fail with the AUT acting
-alone is flaky, not a failure). Their observations are the ones the search recorded: for an agent
-whose actions depend on the batch (BipedalWalker's PPO: the last bits of an action, amplified
-by Box2D over 600 steps) the episode replayed alone fails too but may take another path; a phase run with
-``inference: alone`` records exactly the deployed episodes. Each observation dimension is cut into ``intervals`` equal parts; a state is the
+alone is flaky, not a failure). Their observations are the ones the search recorded: for an
+agent whose actions depend on the batch (BipedalWalker's PPO: the last bits of an action,
+amplified by Box2D over 600 steps) the episode replayed alone fails too but may take another
+path; a phase run with ``inference: alone`` records exactly the deployed episodes. Each
+observation dimension is cut into ``intervals`` equal parts; a state is the
 tuple of its parts. The counts are the distinct states over
 
 * ``entire``   — every observation of every failing episode (the final one included),

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from orchestrator.analysis.run_reader import Run, find_runs, is_run, optimality_cases, read_parquet
+from orchestrator.analysis.run_reader import Run, find_runs, is_run, optimality_cases, read_parquet, timeline
 from orchestrator.runs.layout import SAFETY_PHASES
 from orchestrator.runs.store import RunStore, atomic_write_bytes, atomic_write_table
 
@@ -147,7 +147,7 @@ def safety_search_row(r: Run) -> dict:
     if method == "llmtester" and params.get("multi_scale") is False:
         method = "llmtester w/o ms"
     tokens = [s.get("llm_prompt_tokens"), s.get("llm_completion_tokens")]
-    tl = read_parquet(r.folder.timeline_parquet("safety")) if s.get("llm_calls") is not None else None
+    tl = timeline(r, "safety") if s.get("llm_calls") is not None else None
     alpha = float(tl["alpha"].iloc[-1]) if tl is not None and "alpha" in tl and len(tl) else None
     return {"safety_method": method, "states_entire": fs.get("entire"), "states_initial": fs.get("initial"),
             "states_terminal": fs.get("terminal"), "states_grid": fs.get("grid"),

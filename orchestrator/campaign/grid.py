@@ -223,14 +223,20 @@ def selects(campaign, only: dict) -> bool:
     return True
 
 
+def chosen(points: list, only: dict | None) -> list[bool]:
+    """Which of the grid's ``points`` (``expand``) the ``only`` filter selects (all of them
+    without one); a filter that selects none is an error naming it."""
+    picked = [not only or selects(c, only) for _, c in points]
+    if not any(picked):
+        raise GridError(no_match(only))
+    return picked
+
+
 def run_grid(grid: dict, *, progress: bool = True, only: dict | None = None) -> pd.DataFrame:
     """Run the grid's unfinished campaigns (those matching ``only``, when given: the others are
     left for a later run and reported only when an earlier run finished them)."""
     points = expand(grid)
-    if only:
-        chosen = [selects(c, only) for _, c in points]
-        if not any(chosen):
-            raise GridError(no_match(only))
+    picked = chosen(points, only)
     out = Path(grid["output"])
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / "grid.json", json.dumps(grid, indent=2, default=str).encode())
@@ -242,7 +248,7 @@ def run_grid(grid: dict, *, progress: bool = True, only: dict | None = None) -> 
         done = _finished(c, RunFolder(c.output))
         if done is not None:  # finished in an earlier run of the grid
             rows[i] = row(point, c, done)
-        elif not only or chosen[i]:
+        elif picked[i]:
             todo.append(i)
     n_rows = sum(r is not None for r in rows) + len(todo)
     bar = tqdm(total=n_rows, initial=n_rows - len(todo), unit="campaign", desc=grid["name"],

@@ -96,27 +96,17 @@ def keep_dashboard(seconds: float) -> None:
 
 
 def cmd_grid(args) -> int:
-    from orchestrator.campaign.grid import (
-        GridError,
-        expand,
-        load_grid,
-        markdown_table,
-        no_match,
-        parse_only,
-        run_grid,
-        selects,
-    )
+    from orchestrator.campaign.grid import chosen, expand, load_grid, markdown_table, parse_only, run_grid
 
     grid = load_grid(args.grid, profile=args.profile)
     if args.out:
         grid["output"] = args.out
     only = parse_only(args.only)
     if args.dry_run:
-        chosen = [(point, c) for point, c in expand(grid) if not only or selects(c, only)]
-        if not chosen:
-            raise GridError(no_match(only))
-        for point, c in chosen:
-            print(f"{c.name}: {point} -> {c.output}")
+        points = expand(grid)
+        for (point, c), picked in zip(points, chosen(points, only)):
+            if picked:
+                print(f"{c.name}: {point} -> {c.output}")
         return 0
     df = run_grid(grid, progress=not args.quiet, only=only)
     print(markdown_table(df))
