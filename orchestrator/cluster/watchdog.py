@@ -7,8 +7,9 @@ runtime-env agent) keep running and listening for up to a minute while they try 
 to the dead GCS, and workers can linger too.
 
 :func:`supervise` starts this file as a small separate program (standard library only, in its
-own session so that a Ctrl-C to the driver's terminal does not reach it). It holds the read end
-of a pipe whose write end only the driver holds; every half second it records the processes
+own session so that a Ctrl-C to the driver's terminal does not reach it); the driver goes on once
+it has recorded the cluster's processes. It holds the read end of a pipe whose write end only
+the driver holds; every half second it records the processes
 descending from the cluster's processes (with their start times, so that a reused PID is never
 touched). When the pipe reports end-of-file (the driver is gone, however it died), it stops
 (SIGSTOP) the recorded processes and any children they started, looking again until no new one
@@ -91,6 +92,9 @@ def freeze(tracked: dict[int, int]) -> dict[int, int]:
 def watch(fd: int, roots: list[int], poll_s: float = 0.5) -> None:
     """Track ``roots`` and their descendants until ``fd`` reaches end-of-file; then end them."""
     tracked = {pid: st[1] for pid in roots if (st := _stat(pid)) is not None}
+    tracked.update(_descendants(tracked))
+    print("watching", flush=True)  # the driver waits for this first look (supervise)
+    sys.stdout.close()
     while True:
         ready, _, _ = select.select([fd], [], [], poll_s)
         if ready and not os.read(fd, 4096):
@@ -100,21 +104,29 @@ def watch(fd: int, roots: list[int], poll_s: float = 0.5) -> None:
     _signal(frozen, signal.SIGKILL)  # the driver is gone: nothing is left for them to finish
 
 
-def supervise(roots: list[int]) -> subprocess.Popen | None:
-    """Start the supervisor of the cluster processes ``roots`` (PIDs) for this driver; returns
-    its process (the driver keeps it, and with it the pipe's write end, until it exits)."""
+def supervise(roots: list[int], startup_s: float = 30.0) -> subprocess.Popen | None:
+    """Start the supervisor of the cluster processes ``roots`` (PIDs) for this driver, and wait
+    (at most ``startup_s``) until it has recorded them and their descendants; returns its process
+    (the driver keeps it, and with it the pipe's write end, until it exits)."""
     if not sys.platform.startswith("linux") or not roots:
         return None  # /proc is Linux's; elsewhere Ray's own fate-sharing is all there is
     read_end, write_end = os.pipe()
     try:
         proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), str(read_end), *map(str, roots)],
-                                pass_fds=(read_end,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                pass_fds=(read_end,), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
     except OSError:
         os.close(read_end)
         os.close(write_end)
         return None
     os.close(read_end)
+    # wait for the supervisor's first look at the cluster's processes: a driver killed before it
+    # (a slow start on a loaded machine) left the raylet's agents untracked, and once the raylet
+    # died they were no one's descendants (seen: the dashboard and runtime-env agents outliving it)
+    ready, _, _ = select.select([proc.stdout], [], [], startup_s)
+    if ready:
+        proc.stdout.readline()
+    proc.stdout.close()
     os.set_inheritable(write_end, False)
     proc._deltarl_pipe = write_end  # held open for the life of this process: its end-of-file is the signal
     return proc
