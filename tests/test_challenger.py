@@ -270,3 +270,50 @@ def test_the_vectorised_observation_scaler_fit_is_d3rlpys_bit_for_bit():
     assert not fit_standard_observation_scaler(fast, ds)  # already built: left as it is
     other = algo(d3rlpy.preprocessing.MinMaxObservationScaler())
     assert not fit_standard_observation_scaler(other, ds) and not other.observation_scaler.built
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_the_dataset_on_an_episode_index_is_d3rlpys_mdp_dataset(discrete):
+    """`steps_to_mdp_dataset` (d3rlpy's episodes on an `EpisodeIndex`, filled in one go) is
+    the `MDPDataset` d3rlpy builds from the same steps: the same episodes, transitions, dataset
+    info, and the same minibatches for the same numpy seed; episodes ending by termination, by
+    time limit and by neither (a budget cut: timeout added)."""
+    from d3rlpy.constants import ActionSpace
+    from d3rlpy.dataset import MDPDataset
+
+    from workers.datasets import EpisodeIndex, steps_to_mdp_dataset
+
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(1, 40, size=120)
+    n = int(lengths.sum())
+    eid = np.repeat(np.arange(lengths.size), lengths)
+    last = np.ones(n, dtype=bool)
+    last[:-1] = eid[1:] != eid[:-1]
+    kind = rng.integers(0, 3, size=lengths.size)[eid]  # 0: terminal, 1: timeout, 2: neither
+    actions = rng.integers(0, 3, size=n) if discrete else rng.normal(size=(n, 2)).astype(np.float32)
+    steps = {"episode_id": eid, "obs": rng.normal(size=(n, 3)).astype(np.float32), "actions": actions,
+             "rewards": rng.normal(size=n).astype(np.float32), "terminals": last & (kind == 0),
+             "timeouts": last & (kind == 1)}
+    got = steps_to_mdp_dataset(steps, discrete=discrete, action_size=3 if discrete else 2)
+    want = MDPDataset(steps["obs"], actions.astype(np.int64) if discrete else actions, steps["rewards"],
+                      (last & (kind == 0)).astype(np.float32), timeouts=(last & (kind != 0)).astype(np.float32),
+                      action_space=ActionSpace.DISCRETE if discrete else ActionSpace.CONTINUOUS,
+                      action_size=3 if discrete else 2)
+    assert isinstance(got.buffer, EpisodeIndex)
+    assert got.transition_count == want.transition_count and len(got.episodes) == len(want.episodes) > 100
+    assert got.dataset_info == want.dataset_info
+    for a, b in zip(got.episodes, want.episodes):
+        for name in ("observations", "actions", "rewards"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), name
+        assert a.terminated == b.terminated
+    pos_got = {id(e): k for k, e in enumerate(got.episodes)}
+    pos_want = {id(e): k for k, e in enumerate(want.episodes)}
+    assert [(pos_got[id(got.buffer[j][0])], got.buffer[j][1]) for j in range(len(got.buffer))] == \
+        [(pos_want[id(want.buffer[j][0])], want.buffer[j][1]) for j in range(len(want.buffer))]
+    for seed in (0, 1):
+        np.random.seed(seed)
+        x = got.sample_transition_batch(32)
+        np.random.seed(seed)
+        y = want.sample_transition_batch(32)
+        for name in ("observations", "actions", "rewards", "next_observations", "terminals", "intervals"):
+            assert np.array_equal(getattr(x, name), getattr(y, name)), name

@@ -72,6 +72,52 @@ def test_an_in_process_campaign_imports_neither_ray_nor_mlflow_in_its_own_proces
     assert runs[0].data.metrics["episodes"] == 8
 
 
+def test_the_console_exit_waits_for_threads_runs_exit_handlers_and_flushes(tmp_path):
+    """`exit_without_teardown` (the `deltarl` script's exit) skips only the interpreter's teardown:
+    a thread that is not a daemon finishes, every exit handler runs (in order: the last registered
+    first), buffered stdout reaches a pipe, and the exit code is main's."""
+    out = _python(f"""
+        import atexit, pathlib, sys, threading, time
+        import orchestrator.cli as cli
+        d = pathlib.Path({str(tmp_path)!r})
+        atexit.register(lambda: (d / "handlers").open("a").write("first-registered\\n"))
+        atexit.register(lambda: (d / "handlers").open("a").write("last-registered\\n"))
+        def late():
+            time.sleep(0.3)
+            (d / "thread").write_text("done")
+        threading.Thread(target=late).start()
+        print("buffered line")  # a pipe: block-buffered until flushed
+        cli.exit_without_teardown(3)
+        print("never printed")
+    """)
+    assert out.returncode == 3, out.stderr
+    assert out.stdout == "buffered line\n"
+    assert (tmp_path / "thread").read_text() == "done"
+    assert (tmp_path / "handlers").read_text().splitlines() == ["last-registered", "first-registered"]
+
+
+def test_d3rlpy_imports_without_scikit_learn_and_prdc_still_gets_it():
+    """With `workers` imported first, importing d3rlpy loads neither scikit-learn nor pandas; the
+    real `sklearn` imports afterwards, and PRDC's nearest-neighbour search works through it."""
+    out = _python("""
+        import json, sys
+        import numpy as np
+        import workers, d3rlpy
+        seen = [m for m in ("sklearn", "sklearn.neighbors", "pandas", "scipy.stats") if m in sys.modules]
+        from d3rlpy.algos.qlearning.prdc import PRDC
+        nb = PRDC._nbsr
+        pts = np.array([[0.0, 0.0], [10.0, 10.0]])
+        nb.fit(pts)
+        idx = nb.kneighbors(np.array([[9.0, 9.5]]), n_neighbors=1)[1]
+        import sklearn.neighbors
+        print(json.dumps({"seen": seen, "idx": idx.tolist(), "real": type(nb._real) is sklearn.neighbors.NearestNeighbors,
+                          "sklearn_file": sys.modules["sklearn"].__file__ is not None}))
+    """)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"seen": [], "idx": [[1]], "real": True, "sklearn_file": True}, got
+
+
 # -- workers: auto -----------------------------------------------------------------------------
 def test_workers_auto_rule():
     from orchestrator.cluster.executor import plan_workers

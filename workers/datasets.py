@@ -6,16 +6,68 @@ end-of-episode rules live in one place.
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 
 
+class EpisodeIndex:
+    """d3rlpy's ``InfiniteBuffer``, filled a whole dataset at a time.
+
+    A d3rlpy buffer is a list of ``(episode, index)`` pairs, one per transition, that
+    ``sample_transition_batch`` draws from. ``MDPDataset`` fills it one transition at a time
+    through ``ReplayBuffer.append_episode`` (a Python call per transition, and the garbage
+    collector set off by a million new tuples: 0.9 s for 956,000 steps, 2.4 s in the quick start's
+    challenger job, experiments/results/fixed-costs.md); this builds the same list in one
+    comprehension with the collector paused (0.1 s). It implements d3rlpy's ``BufferProtocol`` (``append``, ``episodes``,
+    ``transition_count``, ``len``, indexing) exactly as ``InfiniteBuffer`` does, so a dataset on
+    it samples the same transitions for the same numpy seed (tests/test_challenger.py).
+    """
+
+    def __init__(self, episodes=()) -> None:
+        # as InfiniteBuffer: an episode without a transition (one step, cut by a time limit) is
+        # in no pair, so it is not among the buffer's episodes either
+        self._episodes = [ep for ep in episodes if ep.transition_count > 0]
+        # a million new tuples set off the cyclic garbage collector again and again, each time
+        # walking every object of the process (torch's many): 0.5 s of 0.6 here; tuples of an
+        # episode and an int make no cycles, so it waits until the list is built
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            self._transitions = [(ep, i) for ep in self._episodes for i in range(ep.transition_count)]
+        finally:
+            if enabled:
+                gc.enable()
+
+    def append(self, episode, index: int) -> None:
+        self._transitions.append((episode, index))
+        if not self._episodes or episode is not self._episodes[-1]:
+            self._episodes.append(episode)
+
+    @property
+    def episodes(self):
+        return self._episodes
+
+    @property
+    def transition_count(self) -> int:
+        return len(self._transitions)
+
+    def __len__(self) -> int:
+        return len(self._transitions)
+
+    def __getitem__(self, index: int):
+        return self._transitions[index]
+
+
 def steps_to_mdp_dataset(steps: dict, *, discrete: bool, action_size: int):
-    """A d3rlpy ``MDPDataset`` from steps in the form :meth:`RunStore.read_steps` returns them
+    """A d3rlpy dataset from steps in the form :meth:`RunStore.read_steps` returns them
     (episodes contiguous, t ascending). Every episode ends with exactly one of terminal /
     timeout: a last step with neither gets ``timeout = 1``, a step flagged both keeps only
-    ``terminal``."""
+    ``terminal``. The episodes are cut by d3rlpy's own ``EpisodeGenerator``, as ``MDPDataset``
+    cuts them; the result is a ``ReplayBuffer`` on an :class:`EpisodeIndex` (what an
+    ``MDPDataset`` is, filled faster)."""
     from d3rlpy.constants import ActionSpace
-    from d3rlpy.dataset import MDPDataset
+    from d3rlpy.dataset import EpisodeGenerator, ReplayBuffer
 
     n = int(np.asarray(steps["rewards"]).shape[0])
     eid = np.asarray(steps["episode_id"])
@@ -25,12 +77,19 @@ def steps_to_mdp_dataset(steps: dict, *, discrete: bool, action_size: int):
     timeouts = (np.asarray(steps["timeouts"], bool) | (last & ~terminals)) & ~terminals & last
     obs = np.asarray(steps["obs"])
     actions = np.asarray(steps["actions"])
-    return MDPDataset(
+    episodes = EpisodeGenerator(
         observations=np.ascontiguousarray(obs.reshape(n, -1), dtype=np.float32),
         actions=actions.astype(np.int64, copy=False) if discrete else np.ascontiguousarray(actions, dtype=np.float32),
         rewards=np.asarray(steps["rewards"]).astype(np.float32),
         terminals=terminals.astype(np.float32),
         timeouts=timeouts.astype(np.float32),
+    )()
+    first = episodes[0]
+    return ReplayBuffer(
+        EpisodeIndex(episodes),
+        observation_signature=first.observation_signature,
+        action_signature=first.action_signature,
+        reward_signature=first.reward_signature,
         action_space=ActionSpace.DISCRETE if discrete else ActionSpace.CONTINUOUS,
         action_size=int(action_size),
     )

@@ -22,7 +22,10 @@ before anything is written.
 from __future__ import annotations
 
 import argparse
+import atexit
+import os
 import sys
+import threading
 
 from orchestrator.cli import agents, campaigns, cluster, engine, llm
 from orchestrator.cli.common import EXIT_BAD_INPUT, bad_input_types
@@ -63,5 +66,37 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def entry() -> None:
+    """The ``deltarl`` console script: :func:`main`, then the exit without the interpreter's teardown.
+
+    After a campaign, tearing the interpreter down (freeing torch's, d3rlpy's and pyarrow's module
+    state one object at a time) took 0.6-0.8 s of a 10-episode run and about 2 s of the quick start,
+    with nothing left to do. This exit does what Python's own does that matters, in its order: wait
+    for the threads that are not daemons (``threading._shutdown``, as the interpreter does first),
+    run the exit handlers (the MLflow writers, Ray's shutdown, logging's flush), flush stdout and
+    stderr, then end the process with ``main``'s exit code. Everything a command writes is
+    closed before ``main`` returns (files are written whole and renamed into place). An exception
+    that escapes ``main`` takes the ordinary way out (traceback, teardown).
+    ``DELTARL_FULL_EXIT=1`` keeps the ordinary exit every time (e.g. for tools that report at
+    teardown).
+    """
+    exit_without_teardown(main())
+
+
+def exit_without_teardown(code: int) -> None:
+    """End the process with ``code`` as :func:`entry` does (``sys.exit`` under ``DELTARL_FULL_EXIT``)."""
+    if os.environ.get("DELTARL_FULL_EXIT") or not hasattr(threading, "_shutdown") \
+            or not hasattr(atexit, "_run_exitfuncs"):
+        sys.exit(code)
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed (a broken pipe), nothing to flush
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    entry()

@@ -1,7 +1,5 @@
 """``python -m orchestrator.cli`` = the ``deltarl`` command."""
 
-import sys
+from orchestrator.cli import entry
 
-from orchestrator.cli import main
-
-sys.exit(main())
+entry()

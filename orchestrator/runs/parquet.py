@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Iterable
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pyarrow.dataset imports pandas (0.3 s): only the readers that scan need it
+    import pyarrow.dataset as ds
+
     from orchestrator.runs.batch import RolloutBatch
 
 SCHEMA_VERSION = "1"
