@@ -317,3 +317,95 @@ def test_the_dataset_on_an_episode_index_is_d3rlpys_mdp_dataset(discrete):
         y = want.sample_transition_batch(32)
         for name in ("observations", "actions", "rewards", "next_observations", "terminals", "intervals"):
             assert np.array_equal(getattr(x, name), getattr(y, name)), name
+
+
+@pytest.mark.parametrize("discrete", [True, False])
+def test_the_vectorised_sampler_gives_d3rlpys_minibatches_and_the_same_training(discrete):
+    """`TransitionSampler` answers d3rlpy's minibatch for the same numpy seed (every array, dtype
+    and shape; terminal steps with zero next observation and action), leaves numpy's global stream
+    where d3rlpy leaves it, and 30 updates of an algorithm on it give the same weights as on
+    d3rlpy's own sampler; it steps aside for an algorithm that needs returns-to-go."""
+    import d3rlpy
+
+    from workers.datasets import TransitionSampler, steps_to_mdp_dataset
+
+    rng = np.random.default_rng(11)
+    lengths = rng.integers(1, 30, size=80)
+    n = int(lengths.sum())
+    eid = np.repeat(np.arange(lengths.size), lengths)
+    last = np.ones(n, dtype=bool)
+    last[:-1] = eid[1:] != eid[:-1]
+    kind = rng.integers(0, 3, size=lengths.size)[eid]
+    actions = rng.integers(0, 2, size=n) if discrete else rng.uniform(-1, 1, size=(n, 2)).astype(np.float32)
+    steps = {"episode_id": eid, "obs": rng.normal(size=(n, 3)).astype(np.float32), "actions": actions,
+             "rewards": rng.normal(size=n).astype(np.float32), "terminals": last & (kind == 0),
+             "timeouts": last & (kind == 1)}
+    data = steps_to_mdp_dataset(steps, discrete=discrete, action_size=2)
+    fast = TransitionSampler(data)
+    assert fast.terminals.sum() == sum(bool(e.terminated) for e in data.episodes) > 0
+    sampled_terminals = 0
+    for seed in (0, 7):
+        np.random.seed(seed)
+        x = fast.sample(256)
+        after_fast = np.random.get_state()[1].copy()
+        np.random.seed(seed)
+        y = data.sample_transition_batch(256)
+        assert np.array_equal(after_fast, np.random.get_state()[1])
+        sampled_terminals += int(y.terminals.sum())
+        for name in ("observations", "actions", "rewards", "next_observations", "next_actions", "terminals",
+                     "intervals"):
+            a, b = getattr(x, name), getattr(y, name)
+            assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b), name
+    assert sampled_terminals > 0  # the zero next observation / action of a terminal step was compared
+
+    def trained(sample_of):
+        d3rlpy.seed(3)
+        cfg = d3rlpy.algos.DiscreteBCQConfig(batch_size=32) if discrete else d3rlpy.algos.TD3PlusBCConfig(batch_size=32)
+        algo = cfg.create(device="cpu:0")
+        algo.build_with_dataset(data)
+        sample = sample_of(algo)
+        for _ in range(30):
+            algo.update(sample(32))
+        probe = np.random.default_rng(1).normal(size=(200, 3)).astype(np.float32)
+        probe_actions = np.zeros(200, np.int64) if discrete else np.zeros((200, 2), np.float32)
+        return algo.predict(probe), algo.predict_value(probe, probe_actions)  # the Q-values: every weight
+
+    ours = trained(lambda algo: TransitionSampler.for_algo(data, algo))
+    theirs = trained(lambda algo: data.sample_transition_batch)
+    assert all(np.array_equal(a, b) for a, b in zip(ours, theirs))
+
+    class NeedsReturns:
+        need_returns_to_go = True
+
+    assert TransitionSampler.for_algo(data, NeedsReturns()) == data.sample_transition_batch
+
+
+@pytest.mark.parametrize("scenario_name,algo", [("CartPole-v1", "bcq"), ("Hopper-v5", "bcq")])
+def test_watching_a_training_does_not_change_it(cartpole_run, hopper_run, tmp_path, scenario_name, algo):
+    """The per-epoch evaluation (d3rlpy's greedy graph traced in memory, torch's random stream put
+    back; continuous BCQ's action selection samples from it) leaves the training as it would be
+    unwatched: the same weights after 6 steps in 3 epochs with and without it; the watch's graph
+    acts as `algo.predict` does, and every parameter's requires_grad is as before."""
+    import d3rlpy
+
+    from workers.training import _AlgoPolicy
+
+    run = cartpole_run if scenario_name == "CartPole-v1" else hopper_run
+    data = RunStore.open(run).to_mdp_dataset(phase=["sampling", "fuzzing"])
+    probe = np.random.default_rng(2).normal(size=(64, data.dataset_info.observation_signature.shape[0][0]))
+    probe = probe.astype(np.float32)
+    values = []
+    for watch in (0, 2):
+        cfg = challenger_config(scenario_name, algo, steps=6, steps_per_epoch=2, eval_episodes=watch, device="cpu:0")
+        cfg.hyperparameters["batch_size"] = 16
+        state = train_challenger(cfg, data, tmp_path / f"w{watch}")
+        assert ("eval_return" in state["history"][-1]) == bool(watch)
+        trained = d3rlpy.load_learnable(str(tmp_path / f"w{watch}" / "model.d3"), device="cpu:0")
+        acts = trained.predict(probe) if scenario_name == "CartPole-v1" else np.zeros((64, 3), np.float32)
+        values.append(trained.predict_value(probe, acts))
+        if scenario_name == "CartPole-v1":
+            flags = [p.requires_grad for p in trained.impl.modules.q_funcs.parameters()]
+            policy = _AlgoPolicy(trained, discrete=True)
+            assert policy.graph is not None and np.array_equal(policy.act(probe), trained.predict(probe))
+            assert [p.requires_grad for p in trained.impl.modules.q_funcs.parameters()] == flags
+    assert np.array_equal(values[0], values[1])

@@ -30,6 +30,7 @@ from typing import Callable
 
 import numpy as np
 
+from workers.datasets import TransitionSampler
 from workers.resources import resource
 from workers.training import (
     TrainingError,
@@ -218,13 +219,14 @@ def _train(cfg: ChallengerConfig, dataset, out: Path, scenario, device: str, *, 
 
     d3rlpy.seed(cfg.seed * 1_000 + state["epoch"])  # batch sampling uses numpy's global stream
     batch_size = algo.config.batch_size
+    sample = TransitionSampler.for_algo(dataset, algo)  # d3rlpy's minibatches, vectorised
     step, losses = state["step"], {}
     bar = tqdm(total=cfg.steps, initial=step, unit="step", desc=f"{cfg.algo} on D ({cfg.scenario})",
                disable=not progress)
     t_epoch = time.perf_counter()
     while step < cfg.steps:
         step += 1
-        for k, v in algo.update(dataset.sample_transition_batch(batch_size)).items():
+        for k, v in algo.update(sample(batch_size)).items():
             losses.setdefault(k, []).append(float(v))
         bar.update(1)
         if step % cfg.steps_per_epoch == 0 or step == cfg.steps:

@@ -32,6 +32,7 @@ from typing import Callable
 
 import numpy as np
 
+from workers.datasets import TransitionSampler
 from workers.training import TrainingError
 
 DATA_CHOICES = ("superior", "union")
@@ -183,11 +184,12 @@ def fine_tune(algo, dataset, cfg: RepairConfig, *, progress: bool = False,
 
     d3rlpy.seed(cfg.seed)  # batch sampling draws from numpy's global stream
     batch_size = algo.config.batch_size
+    sample = TransitionSampler.for_algo(dataset, algo)  # d3rlpy's minibatches, vectorised
     history, losses = [], {}
     bar = tqdm(total=cfg.steps, unit="step", desc=f"CQL fine-tuning ({cfg.data})", disable=not progress)
     t0 = time.perf_counter()
     for step in range(1, cfg.steps + 1):
-        for k, v in algo.update(dataset.sample_transition_batch(batch_size)).items():
+        for k, v in algo.update(sample(batch_size)).items():
             losses.setdefault(k, []).append(float(v))
         bar.update(1)
         if step % cfg.log_every == 0 or step == cfg.steps:
