@@ -176,7 +176,7 @@ def main(argv=None) -> int:
         print("The peer tool is not importable: `pip install mdpfuzz` (this script installs nothing), or put a "
               "copy on PYTHONPATH (`pip install --no-deps --target DIR mdpfuzz`).", file=sys.stderr)
         return 2
-    agent = Path(args.agent)
+    agent = Path(args.agent).resolve()  # both tools run in a temporary folder
     if not agent.is_file():
         print(f"training the DQN agent ({args.train_steps} steps) -> {agent}", file=sys.stderr)
         train_agent(agent, args.train_steps, args.seed)

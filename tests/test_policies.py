@@ -467,3 +467,29 @@ def test_act_alone_equals_acting_on_each_row_by_itself(tmp_path, scenario, uri):
     got = alone.act_alone(obs)
     assert got.dtype == rows.dtype and got.shape == rows.shape
     np.testing.assert_array_equal(got, rows)
+
+
+@pytest.mark.parametrize("make,discrete", [("DiscreteBCQConfig", True), ("DiscreteCQLConfig", True),
+                                           ("DiscreteBCConfig", True), ("BCConfig", False), ("CQLConfig", False),
+                                           ("BCQConfig", False)])
+def test_d3rlpy_policies_act_through_the_greedy_graph_as_predict_does(tmp_path, make, discrete):
+    """A d3rlpy policy acts through d3rlpy's greedy graph traced in memory where that gives
+    `predict`'s actions, batched and one row at a time, bit for bit (here on 400 observations,
+    some far outside the data); continuous BCQ samples when it acts and keeps its seeded predict."""
+    import d3rlpy
+
+    scen = CARTPOLE if discrete else HOPPER
+    dim = 4 if discrete else 11
+    enc = d3rlpy.models.VectorEncoderFactory(hidden_units=[16, 16])
+    kw = {"encoder_factory": enc} if make in ("DiscreteBCConfig", "BCConfig") else {}
+    algo = getattr(d3rlpy.algos, make)(**kw).create(device="cpu")
+    algo.build_with_dataset(_mdp_dataset(dim, discrete, 2 if discrete else 3))
+    algo.save(str(tmp_path / "m.d3"))
+    p = load_policy(str(tmp_path / "m.d3"), scen, device="cpu")
+    assert (p.graph is None) == (make == "BCQConfig")
+    obs = np.random.default_rng(4).normal(scale=5.0, size=(400, dim)).astype(np.float32)
+    if p.graph is not None:
+        np.testing.assert_array_equal(p._forward(obs), algo.predict(obs))
+        alone = np.concatenate([np.asarray(algo.predict(obs[j:j + 1].copy())) for j in range(40)])
+        np.testing.assert_array_equal(p._forward_alone(obs[:40]), alone)
+    np.testing.assert_array_equal(p.act_alone(obs[:40]), np.concatenate([p.act(obs[j:j + 1]) for j in range(40)]))

@@ -139,7 +139,7 @@ class _AlgoPolicy:
 
     def __init__(self, algo, discrete: bool):
         self.algo, self.discrete = algo, discrete
-        self.graph = _traced_greedy(algo)
+        self.graph = traced_greedy(algo)
 
     def act(self, obs):
         x = np.asarray(obs, dtype=np.float32)
@@ -153,7 +153,7 @@ class _AlgoPolicy:
         return a.astype(np.int64) if self.discrete else a.astype(np.float32)
 
 
-def _traced_greedy(algo):
+def traced_greedy(algo):
     """The graph ``algo.save_policy("policy.pt")`` would write (observation scaler, greedy action,
     action scaler), traced in memory from the current weights; None where d3rlpy's policy does not
     trace or the observation is a tuple. On this CPU a call of it costs a third of ``algo.predict``
