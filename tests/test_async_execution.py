@@ -277,6 +277,24 @@ def _feedback(proposal, rng, obs_dim=4):
     return Feedback(returns=returns, lengths=lengths, terminated=lengths < 39, failure=lengths < 8, traj_obs=traj)
 
 
+def _wait_until_dead(actor, timeout: float = 60.0) -> None:
+    """Block until calls to ``actor`` fail: ``ray.kill`` is asynchronous, and a call sent right
+    after it may still be served (CI saw one of two kills go unnoticed that way)."""
+    import time
+
+    import ray
+    from ray.exceptions import RayActorError
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.ping.remote(), timeout=10)
+        except RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the killed actor still answers")
+
+
 def test_a_killed_corpus_actor_is_restored_to_the_corpus_before_the_kill(ray_cluster):
     """The handle restores a killed actor from its last ``state_dict`` and makes the calls since
     then again: the next proposals are those of a fuzzer that was never killed."""
@@ -299,6 +317,7 @@ def test_a_killed_corpus_actor_is_restored_to_the_corpus_before_the_kill(ray_clu
             if step in (9, 11):  # calls made since the snapshot must be made again
                 assert remote._journal
                 ray.kill(remote._actor, no_restart=True)
+                _wait_until_dead(remote._actor)  # ray.kill returns before the actor is gone
             pl, pr = local.propose(8), remote.propose(8)
             np.testing.assert_array_equal(pl.states, pr.states)
             local.observe(pl, _feedback(pl, rng_l))
