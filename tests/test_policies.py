@@ -461,12 +461,51 @@ def test_act_alone_equals_acting_on_each_row_by_itself(tmp_path, scenario, uri):
         model.save(str(tmp_path / "m.zip"))
         env.close()
         uri = str(tmp_path / "m.zip")
-    obs = np.random.default_rng(5).normal(size=(33, sc.obs_dim)).astype(np.float64)
+    obs = np.random.default_rng(5).normal(scale=3.0, size=(150, sc.obs_dim)).astype(np.float64)
     one, alone = load_policy(uri, sc), load_policy(uri, sc)
     rows = np.concatenate([one.act(obs[j:j + 1]) for j in range(len(obs))])
-    got = alone.act_alone(obs)
-    assert got.dtype == rows.dtype and got.shape == rows.shape
-    np.testing.assert_array_equal(got, rows)
+    for n in (2, 3, 8, 9, 33, 64, 65, 150):  # the per-row calls, one padded chunk, several chunks
+        got = alone.act_alone(obs[:n])
+        assert got.dtype == rows.dtype and got.shape == rows[:n].shape
+        np.testing.assert_array_equal(got, rows[:n])
+    # every torch format reaches its rows through a checked rowwise graph (python/random/ONNX: the loop)
+    torch_graph = not uri.startswith(("python:", "random:")) and not uri.endswith(".onnx")
+    assert (alone.rowwise is not None) == torch_graph
+
+
+def _traced(tmp_path, fwd):
+    """A TorchScript file of a small MLP whose forward is ``fwd(self, x)``."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.l1, self.l2 = torch.nn.Linear(4, 256), torch.nn.Linear(256, 2)
+
+        def forward(self, x):
+            return fwd(self, x)
+
+    path = str(tmp_path / "m.pt")
+    torch.jit.trace(M().eval(), torch.zeros(1, 4)).save(path)
+    return path
+
+
+@pytest.mark.parametrize("name,forward,accepted", [
+    ("an MLP", lambda self, x: self.l2(torch.relu(self.l1(x))), True),
+    ("a batch mean", lambda self, x: self.l2(torch.relu(self.l1(x - x.mean(0, keepdim=True)))), False),
+    ("a plain matmul", lambda self, x: torch.relu(x @ self.l1.weight.t()) @ self.l2.weight.t(), False),
+])
+def test_a_rowwise_graph_is_used_only_where_each_row_comes_out_as_alone(tmp_path, name, forward, accepted):
+    """The rowwise graph (workers/policies/rowwise.py) is refused for a model that mixes the rows of
+    a batch or multiplies matrices outside ``linear``; either way ``act_alone`` gives each row's
+    actions alone, and ``per_row_loop`` goes back to one call per row."""
+    p = load_policy(_traced(tmp_path, forward), CARTPOLE)
+    obs = np.random.default_rng(2).normal(size=(70, 4))
+    rows = np.concatenate([p.act(obs[j:j + 1]) for j in range(len(obs))])
+    np.testing.assert_array_equal(p.act_alone(obs), rows)
+    assert (p.rowwise is not None) == accepted, name
+    p.per_row_loop()
+    assert p.rowwise is None
+    np.testing.assert_array_equal(p.act_alone(obs), rows)
 
 
 @pytest.mark.parametrize("make,discrete", [("DiscreteBCQConfig", True), ("DiscreteCQLConfig", True),

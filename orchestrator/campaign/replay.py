@@ -36,6 +36,7 @@ def _row(table, key: str, ident: int, path: Path, what: str):
 
 def _policy(uri: str, scenario, recorded: str, role: str):
     pol = load_policy(uri, scenario)
+    pol.per_row_loop()  # the reference: one model call per observation, nothing batched (docs/verdicts.md)
     have = getattr(pol, "sha256", "")
     if recorded and have and have != recorded:
         raise StoreError(f"the {role} policy changed since the verdict was recorded (sha256 {have[:12]} != "

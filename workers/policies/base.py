@@ -138,9 +138,21 @@ class Policy:
     "torchscript", "onnx", "sb3", "python", "random"), ``device``, ``obs_dim`` (None when
     unknown), ``action`` (an :class:`ActionSpec`, None when unknown), ``sha256`` (hash of the
     file, of the module source for ``python:``, of the URI for ``random:``).
+
+    ``rowwise``: where the model is a traced torch graph that passed the check of
+    :func:`workers.policies.rowwise.rowwise_or_none`, the graph that computes many rows at once
+    with each row exactly as alone (``act_alone`` uses it); None: ``act_alone`` calls the model
+    once per row. Setting it to None (``deltarl replay`` does) restores the plain loop.
     """
 
     format = "policy"
+    rowwise = None
+    _rowwise_later = False  # a rowwise graph to try on the first act_alone (the input size unknown before)
+
+    def per_row_loop(self) -> None:
+        """From now on ``act_alone`` calls the model once per row (no rowwise graph): the
+        reference that ``deltarl replay`` checks verdicts against."""
+        self.rowwise, self._rowwise_later = None, False
 
     def __init__(self, uri: str, *, path: str | None = None, device: str = "cpu",
                  obs_dim: int | None = None, action: ActionSpec | None = None, sha256: str = ""):

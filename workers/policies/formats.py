@@ -69,6 +69,10 @@ class D3rlpyPolicy(Policy):
         self.obs_dim = self.model_obs_dim
         self.action = self.model_action
         self.graph = self._greedy_graph(algo)
+        if self.graph is not None and self.model_obs_dim is not None and device == "cpu":
+            from workers.policies.rowwise import rowwise_or_none
+
+            self.rowwise = rowwise_or_none(self.graph.inlined_graph, self.graph, (self.model_obs_dim,))
 
     @staticmethod
     def _greedy_graph(algo):
@@ -113,6 +117,9 @@ class D3rlpyPolicy(Policy):
         if self.graph is None:
             return super()._forward_alone(obs)
         with torch.inference_mode():  # one context for all rows; each row a fresh batch of one
+            if self.rowwise is not None:  # each row as alone, many per call (workers/policies/rowwise.py)
+                return self.rowwise(torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)),
+                                    alone=self.graph).numpy()
             ys = [self.graph(torch.from_numpy(obs[j:j + 1].astype(np.float32))) for j in range(obs.shape[0])]
             return torch.cat(ys).numpy() if stackable_rows(ys, torch.Tensor) else [y.numpy() for y in ys]
 
@@ -162,6 +169,18 @@ class TorchScriptPolicy(Policy):
             if p.ndim == 2:
                 self.first_layer_in = int(p.shape[1])
                 break
+        if device == "cpu":
+            if self.model_obs_dim is not None:
+                self._make_rowwise(self.model_obs_dim)
+            else:  # no metadata: tried on the first act_alone, with that input's size
+                self._rowwise_later = True
+
+    def _make_rowwise(self, dim: int) -> None:
+        from workers.policies.rowwise import rowwise_or_none
+
+        module = self.module
+        self.rowwise = rowwise_or_none(module.inlined_graph, lambda x: module(x), (dim,), owner=module,
+                                       dtype=self.in_dtype)
 
     def _forward(self, obs):
         with torch.inference_mode():
@@ -171,7 +190,12 @@ class TorchScriptPolicy(Policy):
         # the lean loop of act_alone: one inference-mode context for all rows (entering it per call
         # cost more than the model itself: 133 vs 44 us per Hopper row, benchmarks/act_alone.py); each
         # row is a fresh array, as an observation from a deployed environment is
+        if self._rowwise_later:
+            self._rowwise_later = False
+            self._make_rowwise(int(obs.shape[1]))
         with torch.inference_mode():
+            if self.rowwise is not None:  # each row as alone, many per call (workers/policies/rowwise.py)
+                return self._output(self.rowwise(self._tensor(obs), alone=self.module))
             ys = [self.module(self._tensor(obs[j:j + 1].copy())) for j in range(obs.shape[0])]
             if stackable_rows(ys, torch.Tensor):
                 return self._output(torch.cat(ys))  # one conversion for all rows (a copy: the same values)
@@ -449,6 +473,8 @@ class SB3Policy(Policy):
         self.model_action = _gym_action_spec(model.action_space)
         self.obs_dim = self.model_obs_dim
         self.action = self.model_action
+        if self.model_obs_dim is not None and device == "cpu":
+            self.rowwise = sb3_rowwise(model, self.model_obs_dim)
 
     def _forward(self, obs):
         with torch.inference_mode():
@@ -456,26 +482,64 @@ class SB3Policy(Policy):
         return np.asarray(actions)
 
     def _forward_alone(self, obs):
-        return sb3_predict_rows(self.model, obs)
+        return sb3_predict_rows(self.model, obs, self.rowwise)
 
 
-def sb3_predict_rows(model, obs: np.ndarray) -> np.ndarray:
+def sb3_rowwise(model, obs_dim: int):
+    """The SB3 policy's greedy action (``policy._predict``) traced in memory and accepted by
+    :func:`workers.policies.rowwise.rowwise_or_none` against ``_predict`` on each row alone; or
+    None (the per-row loop). The trace is used only for ``act_alone``; ``act`` is SB3's predict."""
+    import warnings
+
+    from workers.policies.rowwise import rowwise_or_none
+
+    policy = model.policy
+    policy.set_training_mode(False)
+
+    class _Predict(torch.nn.Module):
+        def __init__(self, p):
+            super().__init__()
+            self.p = p
+
+        def forward(self, x):
+            return self.p._predict(x, deterministic=True)
+
+    def alone(x):
+        return policy._predict(x, deterministic=True)
+
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            traced = torch.jit.trace(_Predict(policy), torch.zeros(1, obs_dim), check_trace=False)
+    except Exception:  # noqa: BLE001 - a policy that does not trace keeps the per-row loop
+        return None
+    return rowwise_or_none(traced.inlined_graph, alone, (obs_dim,), owner=traced)
+
+
+def sb3_predict_rows(model, obs: np.ndarray, rowwise=None) -> np.ndarray:
     """What ``model.predict(obs[j:j + 1], deterministic=True)`` returns for every row ``j``,
     stacked: each row goes through SB3's own ``obs_to_tensor`` and the policy's ``_predict`` as a
     batch of one (the call a deployed agent makes), while what ``predict`` does around it per call
     is done once: the switch to eval mode (a walk over every module) and the output conversion
     (reshape, then ``unscale_action`` or the clip to the action bounds: element-wise, so once for
-    the stacked rows gives what each row gives; tests/test_policies.py checks it bit for bit)."""
+    the stacked rows gives what each row gives; tests/test_policies.py checks it bit for bit).
+    ``rowwise`` (from :func:`sb3_rowwise`): the rows go through it many at a time instead, each
+    still computed as alone."""
     from gymnasium import spaces
 
     policy = model.policy
     policy.set_training_mode(False)
     with torch.inference_mode():
-        ys = []
-        for j in range(obs.shape[0]):
-            tensor, _ = policy.obs_to_tensor(obs[j:j + 1].copy())
-            ys.append(policy._predict(tensor, deterministic=True))
-        actions = torch.cat(ys).cpu().numpy().reshape((-1, *policy.action_space.shape))
+        if rowwise is not None:
+            tensor, _ = policy.obs_to_tensor(obs)  # per row the same conversion (a copy, a reshape)
+            out = rowwise(tensor, alone=lambda x: policy._predict(x, deterministic=True))
+        else:
+            ys = []
+            for j in range(obs.shape[0]):
+                tensor, _ = policy.obs_to_tensor(obs[j:j + 1].copy())
+                ys.append(policy._predict(tensor, deterministic=True))
+            out = torch.cat(ys)
+        actions = out.cpu().numpy().reshape((-1, *policy.action_space.shape))
     if isinstance(policy.action_space, spaces.Box):
         if policy.squash_output:
             actions = policy.unscale_action(actions)

@@ -416,6 +416,10 @@ class RLZooPolicy(Policy):
             )
         self.obs_dim = self.model_obs_dim
         self.action = self.model_action
+        if device == "cpu":
+            from workers.policies.formats import sb3_rowwise
+
+            self.rowwise = sb3_rowwise(model, self.model_obs_dim)
 
     def info(self) -> dict:
         out = super().info()
@@ -439,4 +443,5 @@ class RLZooPolicy(Policy):
         # the normaliser is element-wise (the same values for a row alone or in the batch)
         from workers.policies.formats import sb3_predict_rows
 
-        return sb3_predict_rows(self.model, self.normalizer(obs) if self.normalizer is not None else obs)
+        return sb3_predict_rows(self.model, self.normalizer(obs) if self.normalizer is not None else obs,
+                                self.rowwise)
