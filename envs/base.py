@@ -148,6 +148,11 @@ class Scenario(abc.ABC):
     mutation_scale: float = 0.05  # std of the mutation as a fraction of (high - low)
     failure_rule: str = ""
     stochastic: bool = False  # needs repeats + a statistical oracle
+    # what ``inference: auto`` (the default) picks, and why (docs/verdicts.md): "alone" where a
+    # simulator step costs many times a policy row, so acting alone costs little and nothing is re-run
+    inference_default: str = "batched"
+    inference_why: str = ("a simulator step costs about as much as a policy call: the search acts in batches and "
+                          "re-runs its candidates alone")
     version: str = "1"  # bumped when dynamics, bounds or oracle change (bugs store it)
 
     # -- the initial-state space -------------------------------------------------------------

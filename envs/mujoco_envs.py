@@ -364,6 +364,9 @@ class _PlanarWalker(Scenario):
     grid_intervals: int = 5
     failure_rule: str = "unhealthy termination within 1000 steps"
     wind_body: str = "torso"
+    inference_default: str = "alone"
+    inference_why: str = ("a MuJoCo step costs many times a policy row acted alone, and a weak agent makes most "
+                          "episodes candidates: acting alone costs less than re-running them")
 
     def __post_init__(self):
         self._set_bounds()

@@ -258,3 +258,22 @@ def test_replay_reads_run_folders_of_the_first_layout(tmp_path):
     assert main(["replay", str(run), "0"]) == 2
     with pytest.raises(Exception, match="layout 99"):
         replay_bug(run, 0)
+
+
+@pytest.mark.parametrize("scenario,expected", [("CartPole-v1", "batched"), ("Acrobot-v1", "batched"),
+                                               ("Hopper-v5", "alone"), ("Walker2d-v5", "alone"),
+                                               ("Hopper-Noise", "alone"), ("BipedalWalker", "alone")])
+def test_inference_auto_takes_the_scenarios_choice_and_a_campaign_can_override_it(scenario, expected):
+    """`inference: auto` (the default) acts alone where a simulator step costs many policy rows
+    (MuJoCo, Box2D) and in batches elsewhere, and says why; an explicit mode wins."""
+    from envs import get_scenario
+    from orchestrator.campaign.config import OptimalitySpec, SafetySpec
+    from orchestrator.campaign.generations import inference_mode
+
+    sc = get_scenario(scenario)
+    for spec in (SafetySpec(), OptimalitySpec()):
+        assert spec.inference == "auto"
+        mode, why = inference_mode(spec, sc)
+        assert mode == expected and why.startswith(f"inference: auto, {sc.name}: ")
+    for forced in ("batched", "alone"):
+        assert inference_mode(SafetySpec(inference=forced), sc) == (forced, f"inference: {forced} in the campaign")

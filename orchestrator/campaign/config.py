@@ -18,10 +18,11 @@
                                    # is free; the order results were applied is recorded for replay)
       corpus: driver               # driver (default) | actor (async with Ray workers: the fuzzer lives in
                                    # a Ray actor, restored from the last snapshot if it dies)
-      inference: batched           # batched (default: the search runs each step's observations as one
-                                   # batch; candidate failures/bugs are re-run with every agent acting
-                                   # alone before they count) | alone (every call sees one observation:
-                                   # verdicts need no re-run; cheaper when most episodes are candidates)
+      inference: auto              # auto (default: the scenario's choice: alone for MuJoCo and Box2D,
+                                   # batched for the others) | batched (the search runs each step's
+                                   # observations as one batch; candidate failures/bugs are re-run with
+                                   # every agent acting alone before they count) | alone (every observation
+                                   # acted on as if alone: verdicts need no re-run)
     challenger:                    # optional: offline RL on the safety phase's record D
       algos: [bcq]                 # any of bc, bcq, cql
       preset: null                 # null = the scenario's preset in experiments/challengers/
@@ -85,7 +86,7 @@ EXECUTION_MODES = ("sync", "async")  # seeds are 0 .. 2^31 - 1 (numpy refuses ne
 CORPUS_PLACES = ("driver", "actor")  # where an async phase keeps its fuzzer (actor: a Ray actor)
 # how policies see observations during a phase: one batch per step, candidates re-run alone
 # (batched), or one observation per call throughout (alone); docs/verdicts.md
-INFERENCE_MODES = ("batched", "alone")
+INFERENCE_MODES = ("auto", "batched", "alone")
 
 
 class CampaignError(ValueError):
@@ -107,7 +108,7 @@ class SafetySpec:
     generation_size: int = 64
     execution: str = "sync"  # "sync" | "async" (EXECUTION_MODES)
     corpus: str = "driver"  # "driver" | "actor" (CORPUS_PLACES; actor: async with Ray workers only)
-    inference: str = "batched"  # "batched" | "alone" (INFERENCE_MODES; docs/verdicts.md)
+    inference: str = "auto"  # "auto" | "batched" | "alone" (INFERENCE_MODES; docs/verdicts.md)
 
 
 @dataclass
@@ -132,7 +133,7 @@ class OptimalitySpec:
     generation_size: int | None = None  # None: the fuzzer's default_generation_size (delta 8, others 64)
     execution: str = "sync"  # "sync" | "async" (EXECUTION_MODES)
     corpus: str = "driver"  # "driver" | "actor" (CORPUS_PLACES; actor: async with Ray workers only)
-    inference: str = "batched"  # "batched" | "alone" (INFERENCE_MODES; docs/verdicts.md)
+    inference: str = "auto"  # "auto" | "batched" | "alone" (INFERENCE_MODES; docs/verdicts.md)
 
     def __post_init__(self):
         if self.generation_size is None and str(self.fuzzer).lower() in FUZZERS:
@@ -379,9 +380,9 @@ def _validate_search(spec, where: str) -> None:
                             f"a barrier, the reproducible default; async: steady state, every rollout actor kept "
                             f"busy), got {spec.execution!r}")
     if spec.inference not in INFERENCE_MODES:
-        raise CampaignError(f"{where}.inference must be one of {', '.join(INFERENCE_MODES)} (batched: the search "
-                            f"acts in batches and re-runs candidates alone, the default; alone: every policy call "
-                            f"sees one observation), got {spec.inference!r}")
+        raise CampaignError(f"{where}.inference must be one of {', '.join(INFERENCE_MODES)} (auto: the scenario's "
+                            f"choice, the default; batched: the search acts in batches and re-runs candidates alone; "
+                            f"alone: every observation is acted on as if alone), got {spec.inference!r}")
     if spec.corpus not in CORPUS_PLACES:
         raise CampaignError(f"{where}.corpus must be one of {', '.join(CORPUS_PLACES)} (driver: the fuzzer lives in "
                             f"the driver, the default; actor: in a Ray actor, with execution: async), got {spec.corpus!r}")

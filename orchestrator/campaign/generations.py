@@ -251,10 +251,20 @@ def plan_executor(phase: Phase, st: LoopState) -> tuple[int, str]:
     return resolve_workers(phase.campaign.workers, episodes=episodes, seconds=seconds)
 
 
-def inference_alone(spec) -> bool:
-    """``inference: alone``: every policy call of the phase sees one observation, so its episodes
-    are the agents as deployed and candidates need no re-run (orchestrator.campaign.confirm)."""
-    return getattr(spec, "inference", "batched") == "alone"
+def inference_mode(spec, scenario) -> tuple[str, str]:
+    """The phase's inference ("batched" or "alone") and why. ``alone``: every observation of the
+    phase is acted on as if alone, so its episodes are the agents as deployed and candidates need
+    no re-run (orchestrator.campaign.confirm); ``auto`` (the default) takes the scenario's
+    ``inference_default`` (alone for MuJoCo and Box2D, batched for the others)."""
+    mode = getattr(spec, "inference", "auto") or "auto"
+    if mode != "auto":
+        return mode, f"inference: {mode} in the campaign"
+    return (getattr(scenario, "inference_default", "batched"),
+            f"inference: auto, {getattr(scenario, 'name', 'the scenario')}: {getattr(scenario, 'inference_why', '')}")
+
+
+def inference_alone(spec, scenario) -> bool:
+    return inference_mode(spec, scenario)[0] == "alone"
 
 
 def execution_mode(spec) -> str:
@@ -276,14 +286,14 @@ def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bo
             workers, why = plan_executor(phase, st)
         else:
             workers, why = executor.workers, executor.reason or "the caller's executor"
-            if executor.alone != inference_alone(spec):
+            if executor.alone != inference_alone(spec, phase.scenario):
                 raise ValueError(f"the phase asks for inference: {spec.inference}, the executor given runs "
                                  f"{'alone' if executor.alone else 'batched'}")
         llm_pool = attach_llm(fuzzer, campaign, phase.run.root, use_ray=workers > 0)  # LLM-guided fuzzers only
         if own:
             executor = Executor(phase.scenario, phase.uris, workers=workers, batch_size=campaign.batch_size,
                                 scenario_overrides=campaign.scenario_overrides, policies=phase.policies, reason=why,
-                                name=f"{campaign.name}/{phase.name}", alone=inference_alone(spec))
+                                name=f"{campaign.name}/{phase.name}", alone=inference_alone(spec, phase.scenario))
     except BaseException:
         if llm_pool is not None:
             llm_pool.close()
@@ -292,6 +302,7 @@ def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bo
         raise
     phase.policy_hashes = executor.policy_hashes
     phase.executor_info = executor.describe()
+    phase.executor_info["inference_reason"] = inference_mode(spec, phase.scenario)[1]
     mode = execution_mode(spec)
     if replay is not None and mode != "async":
         raise ValueError("replay: only an async phase has an applied order to follow")

@@ -114,7 +114,7 @@ class OptimalityPhase(Phase):
         r_aut, r_ca = _returns_matrix(result, n, self.repeats)
         cand_bug, cand_p = self.oracle.judge(r_aut, r_ca)
         cand = np.flatnonzero(cand_bug)
-        confirmer = Confirmer(self.scenario, self.policies, acted_alone=inference_alone(self.spec))
+        confirmer = Confirmer(self.scenario, self.policies, acted_alone=inference_alone(self.spec, self.scenario))
         ok, p_alone, a_alone, c_alone = confirmer.bugs(states, cand, gen_seed, self.repeats, self.oracle, r_aut, r_ca)
         self._confirm_seconds = confirmer.seconds
         bug = np.zeros(n, bool)

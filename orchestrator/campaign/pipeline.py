@@ -113,8 +113,12 @@ def summary_table(results: dict) -> str:
     for name, summary in (("safety", s), ("optimality", o)):
         if summary and summary.get("executor"):
             why = f" ({summary['executor_reason']})" if summary.get("executor_reason") else ""
-            alone = ", every agent acting alone (inference: alone)" if summary.get("inference") == "alone" else ""
-            files.append(f"{name + ' ran':<18}{summary['executor']}{alone}{why}")
+            files.append(f"{name + ' ran':<18}{summary['executor']}{why}")
+            if summary.get("inference"):
+                acted = ("every agent acting alone" if summary["inference"] == "alone"
+                         else "batched, candidates re-run alone")
+                how = summary.get("inference_reason") or f"inference: {summary['inference']}"
+                files.append(f"{name + ' acted':<18}{acted} ({how})")
     for c in results.get("challengers") or []:
         if c.get("placement"):
             files.append(f"{c['config']['algo'] + ' trained':<18}{c['placement']}")

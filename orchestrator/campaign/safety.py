@@ -59,7 +59,7 @@ class SafetyPhase(Phase):
         ids = self.store.write(result, phase=st.phase, fuzzer=self.spec.fuzzer, iteration=st.generation,
                                wall_time=st.elapsed, policy_sha256=self.policy_hashes["aut"])
         cand = np.flatnonzero(result.failure)  # one episode per state, in state order
-        confirmer = Confirmer(self.scenario, self.policies, acted_alone=inference_alone(self.spec))
+        confirmer = Confirmer(self.scenario, self.policies, acted_alone=inference_alone(self.spec, self.scenario))
         alone, solo_returns = confirmer.failures(states, cand, gen_seed, result.returns)
         st.confirm_seconds += confirmer.seconds
         for k, i in enumerate(cand):
