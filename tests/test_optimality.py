@@ -365,6 +365,12 @@ def test_statistical_oracle_on_hopper_noise(tmp_path):
     assert len(bugs) == s["bugs"]
     assert (bugs["p_value"] < 0.05).all() and (bugs["p_value"] >= smallest_p(4) - 1e-12).all()
     assert (bugs["ca_return"] > bugs["aut_return"]).all()
+    # every bug replays: both agents alone, 4 repeats each, the recorded episode seeds (the wind)
+    from orchestrator.campaign.replay import replay_bug
+
+    for bug_id in bugs["bug_id"]:
+        r = replay_bug(tmp_path / "opt", int(bug_id))
+        assert r["reproduced"], r
     # the campaign refuses a repeat count that cannot reach alpha, naming the minimum
     from orchestrator.campaign.config import CampaignError
 

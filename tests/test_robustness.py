@@ -756,13 +756,21 @@ def test_truncated_parquet_parts(tmp_path, capsys, clean_run):
 def test_sigint_prints_the_resume_hint_without_a_traceback(tmp_path):
     out = tmp_path / "run"
     c = write_campaign(tmp_path / "c.yaml", out, safety=20000, more="")
-    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(c), "--quiet"], cwd=REPO, env=ENV,
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(c), "--quiet"], cwd=REPO,
+                            env={**ENV, "PYTHONFAULTHANDLER": "1"},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and not list((out / "snapshots").glob("gen-*.pkl")):
         time.sleep(0.05)
+    snapshot_seen = bool(list((out / "snapshots").glob("gen-*.pkl")))
     proc.send_signal(signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # say where it hangs: faulthandler prints every thread's stack on SIGABRT
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=30)
+        pytest.fail(f"deltarl did not exit within 60 s of SIGINT (a snapshot was seen: {snapshot_seen}); "
+                    f"its threads:\n{err[-8000:]}")
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert f"deltarl: interrupted; continue it with: deltarl run --resume {out}" in err

@@ -277,3 +277,29 @@ def test_inference_auto_takes_the_scenarios_choice_and_a_campaign_can_override_i
         assert mode == expected and why.startswith(f"inference: auto, {sc.name}: ")
     for forced in ("batched", "alone"):
         assert inference_mode(SafetySpec(inference=forced), sc) == (forced, f"inference: {forced} in the campaign")
+
+
+STOCHASTIC = """
+name: verdicts-SCENARIO
+scenario: SCENARIO
+aut: random:3
+seed: 0
+workers: 0
+mlflow: false
+output: OUT
+safety: {fuzzer: random, budget: {episodes: 16}, generation_size: 8}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scenario", ["Walker2d-v5", "Hopper-Noise", "BipedalWalker"])
+def test_failures_replay_on_walker2d_and_the_stochastic_scenarios(tmp_path, scenario):
+    """`deltarl replay` reproduces every failure of a Walker2d campaign (MuJoCo's ``set_state``) and
+    of the stochastic scenarios (Hopper-Noise's wind, BipedalWalker's terrain and initial push),
+    which meet the recorded episode seeds again; a random AUT fails from most states."""
+    out = run_campaign(load_campaign(_campaign(tmp_path, STOCHASTIC.replace("SCENARIO", scenario))), progress=False)
+    failures = RunFolder(tmp_path / "run").failures()
+    assert failures is not None and len(failures) >= 4 and out["safety"]["failures"] == len(failures)
+    for fid in failures["failure_id"]:
+        r = replay_failure(tmp_path / "run", int(fid))
+        assert r["reproduced"] and r["failure"], r
