@@ -2,6 +2,7 @@
 profile's challenger budget (issue #18). Resumable: run it again to extend every curve.
 
     python benchmarks/challenger_curves.py [--scenario Hopper-v5] [--minutes bc=8,cql=20,bcq=20]
+    python benchmarks/challenger_curves.py --variant bcq10:bcq:n_action_samples=10 --minutes bcq10=12
 
 1. D: a CureFuzz safety campaign on the scenario's zoo agent (``--episodes``, 600 as the local
    profile of experiments/delta/rq1-challengers.yaml), once, in ``--out``/D.
@@ -43,7 +44,9 @@ def deltarl(*args: str, timeout: float | None = None) -> int:
             return p.wait()
 
 
-def preset_file(scenario: str, epoch: int, out: Path) -> Path:
+def preset_file(scenario: str, epoch: int, out: Path, variant: tuple[str, str, dict] | None = None) -> Path:
+    """The scenario's preset with ``steps_per_epoch`` = ``epoch``; with ``variant`` (name, algo,
+    hyperparameters) that algorithm's hyperparameters changed as given (a measured deviation)."""
     import yaml
 
     from workers.challenger import challenger_config
@@ -51,10 +54,25 @@ def preset_file(scenario: str, epoch: int, out: Path) -> Path:
     src = Path(challenger_config(scenario, "bc").preset)
     data = yaml.safe_load(src.read_text())
     data.setdefault("defaults", {})["steps_per_epoch"] = int(epoch)
-    dst = out / f"preset-epoch{epoch}.yaml"
-    dst.write_text(f"# {src.name} with steps_per_epoch {epoch} (benchmarks/challenger_curves.py)\n"
+    note = f"steps_per_epoch {epoch}"
+    name = f"preset-epoch{epoch}.yaml"
+    if variant is not None:
+        vname, algo, hp = variant
+        data["scenarios"][scenario][algo]["hyperparameters"].update(hp)
+        note += f", {algo} with {hp}"
+        name = f"preset-epoch{epoch}-{vname}.yaml"
+    dst = out / name
+    dst.write_text(f"# {src.name} with {note} (benchmarks/challenger_curves.py)\n"
                    + yaml.safe_dump(data, sort_keys=False))
     return dst
+
+
+def parse_variant(text: str) -> tuple[str, str, dict]:
+    """``NAME:ALGO:KEY=VALUE[,KEY=VALUE]`` (values read as YAML), e.g. ``bcq10:bcq:n_action_samples=10``."""
+    import yaml
+
+    name, algo, pairs = text.split(":", 2)
+    return name, algo, {k: yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in pairs.split(",") if kv)}
 
 
 def history(run: Path) -> list[dict]:
@@ -71,7 +89,11 @@ def main(argv=None) -> int:
     ap.add_argument("--epoch", type=int, default=1000, help="gradient steps between evaluation points")
     ap.add_argument("--minutes", default="bc=8,cql=20,bcq=20", help="ALGO=MINUTES,... this call")
     ap.add_argument("--out", default=None, help="working folder (default runs/curves/<scenario>)")
+    ap.add_argument("--variant", action="append", default=[], metavar="NAME:ALGO:KEY=VALUE[,...]",
+                    help="a curve of ALGO with changed hyperparameters, trained as NAME "
+                         "(e.g. bcq10:bcq:n_action_samples=10; give NAME in --minutes)")
     args = ap.parse_args(argv)
+    variants = {v[0]: v for v in map(parse_variant, args.variant)}
     out = Path(args.out or REPO / "runs" / "curves" / args.scenario).resolve()
     out.mkdir(parents=True, exist_ok=True)
     data = out / "D"
@@ -90,13 +112,22 @@ def main(argv=None) -> int:
         if (run / "model.d3").is_file() or minutes <= 0:
             continue  # finished (the preset's steps) or not this call
         print(f"{algo}: training for at most {minutes:g} min", flush=True)
-        deltarl("train-challenger", "--data", str(data), "--algo", algo, "--preset", str(preset), "--out", str(run),
-                "--quiet", *resume, timeout=60 * minutes)
-    write_results(args.scenario, out, [a for a, _ in plan])
+        variant = variants.get(algo)
+        deltarl("train-challenger", "--data", str(data), "--algo", variant[1] if variant else algo,
+                "--preset", str(preset_file(args.scenario, args.epoch, out, variant) if variant else preset),
+                "--out", str(run), "--quiet", *resume, timeout=60 * minutes)
+        if variant and run.is_dir():
+            (run / "variant.json").write_text(json.dumps(list(variant)))
+    done = [p.name for p in sorted(out.iterdir()) if (p / "checkpoints").is_dir()]  # every curve so far
+    for name in done:  # variants trained by an earlier call keep their description
+        if name not in variants and (out / name / "variant.json").is_file():
+            variants[name] = tuple(json.loads((out / name / "variant.json").read_text()))
+    write_results(args.scenario, out, sorted(set(done) | {a for a, _ in plan}, key=lambda a: (a not in
+                  ("bc", "cql", "bcq"), a)), variants)
     return 0
 
 
-def write_results(scenario: str, out: Path, algos: list[str]) -> None:
+def write_results(scenario: str, out: Path, algos: list[str], variants: dict | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -116,6 +147,10 @@ def write_results(scenario: str, out: Path, algos: list[str]) -> None:
              f"wall = training clock (updates only), {os.cpu_count()} CPUs.", "",
              "| algorithm | steps so far | wall (min) | steps/s | best watch return (step) | last watch return |"
              " last / AUT |", "|---|---:|---:|---:|---:|---:|---:|"]
+    notes = [f"- {name}: {algo} with {hp} (the preset's other settings)" for name, algo, hp in (variants or {}).values()
+             if name in algos]
+    if notes:
+        lines[4:4] = ["Variants:", "", *notes, ""]
     fig, ax = plt.subplots(figsize=(7, 4))
     curves = {}
     for algo in algos:

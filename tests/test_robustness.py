@@ -756,8 +756,12 @@ def test_truncated_parquet_parts(tmp_path, capsys, clean_run):
 def test_sigint_prints_the_resume_hint_without_a_traceback(tmp_path):
     out = tmp_path / "run"
     c = write_campaign(tmp_path / "c.yaml", out, safety=20000, more="")
+    # SIGINT as a terminal's Ctrl-C delivers it: a suite started in the background of a
+    # non-interactive shell (`make test &`) inherits SIGINT ignored, and Python keeps an ignored
+    # SIGINT ignored in its children (measured: the campaign then runs on and the test times out)
     proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(c), "--quiet"], cwd=REPO,
                             env={**ENV, "PYTHONFAULTHANDLER": "1"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and not list((out / "snapshots").glob("gen-*.pkl")):
