@@ -32,7 +32,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def deltarl(*args: str, timeout: float | None = None) -> int:
     cmd = [sys.executable, "-m", "orchestrator.cli", *args]
-    p = subprocess.Popen(cmd, cwd=REPO)
+    # the child gets SIGINT as Ctrl-C delivers it even when this script runs in the background of a
+    # non-interactive shell (which starts it with SIGINT ignored, an ignorance children would inherit)
+    p = subprocess.Popen(cmd, cwd=REPO, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         return p.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
