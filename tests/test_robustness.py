@@ -309,7 +309,7 @@ def test_a_sigkill_before_the_first_snapshot_resumes_to_the_uninterrupted_record
     def text(out):
         return CAMPAIGN.format(out=out, safety=1024, more="").replace("generation_size: 16", "generation_size: 512")
 
-    for attempt in range(3):
+    for attempt in range(8):  # the window is one generation's commit: a fast or a loaded machine can miss it
         out = tmp_path / f"killed{attempt}"
         c = tmp_path / f"c{attempt}.yaml"
         c.write_text(text(out))
@@ -322,7 +322,7 @@ def test_a_sigkill_before_the_first_snapshot_resumes_to_the_uninterrupted_record
         if list((out / "episodes").glob("*.parquet")) and not list((out / "snapshots").glob("*.pkl")):
             break
     else:
-        pytest.fail("could not kill the run between its first part and its first snapshot in 3 tries")
+        pytest.fail("could not kill the run between its first part and its first snapshot in 8 tries")
     code = subprocess.run([sys.executable, "-m", "orchestrator.cli", "run", "--resume", str(out), "--quiet"],
                           cwd=REPO, env=ENV, capture_output=True, text=True)
     assert code.returncode == 0, code.stderr[-2000:]
