@@ -526,10 +526,10 @@ def test_d3rlpy_policies_act_through_the_greedy_graph_as_predict_does(tmp_path, 
     algo.save(str(tmp_path / "m.d3"))
     p = load_policy(str(tmp_path / "m.d3"), scen, device="cpu")
     assert (p.graph is None) == (make == "BCQConfig")
-    assert (p.rowwise is None) == (p.graph is None)  # every traced greedy graph passes the rowwise check
     obs = np.random.default_rng(4).normal(scale=5.0, size=(400, dim)).astype(np.float32)
     if p.graph is not None:
         np.testing.assert_array_equal(p._forward(obs), algo.predict(obs))
         alone = np.concatenate([np.asarray(algo.predict(obs[j:j + 1].copy())) for j in range(40)])
         np.testing.assert_array_equal(p._forward_alone(obs[:40]), alone)
     np.testing.assert_array_equal(p.act_alone(obs[:40]), np.concatenate([p.act(obs[j:j + 1]) for j in range(40)]))
+    assert (p.rowwise is None) == (p.graph is None)  # every traced greedy graph passes the rowwise check

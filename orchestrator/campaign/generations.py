@@ -281,19 +281,20 @@ def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bo
     mlrun = phase.mlflow_run(resume)
     llm_pool = None
     own = executor is None
+    inference, inference_why = inference_mode(spec, phase.scenario)
     try:
         if own:
             workers, why = plan_executor(phase, st)
         else:
             workers, why = executor.workers, executor.reason or "the caller's executor"
-            if executor.alone != inference_alone(spec, phase.scenario):
+            if executor.alone != (inference == "alone"):
                 raise ValueError(f"the phase asks for inference: {spec.inference}, the executor given runs "
                                  f"{'alone' if executor.alone else 'batched'}")
         llm_pool = attach_llm(fuzzer, campaign, phase.run.root, use_ray=workers > 0)  # LLM-guided fuzzers only
         if own:
             executor = Executor(phase.scenario, phase.uris, workers=workers, batch_size=campaign.batch_size,
                                 scenario_overrides=campaign.scenario_overrides, policies=phase.policies, reason=why,
-                                name=f"{campaign.name}/{phase.name}", alone=inference_alone(spec, phase.scenario))
+                                name=f"{campaign.name}/{phase.name}", alone=inference == "alone")
     except BaseException:
         if llm_pool is not None:
             llm_pool.close()
@@ -302,7 +303,7 @@ def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bo
         raise
     phase.policy_hashes = executor.policy_hashes
     phase.executor_info = executor.describe()
-    phase.executor_info["inference_reason"] = inference_mode(spec, phase.scenario)[1]
+    phase.executor_info["inference_reason"] = inference_why
     mode = execution_mode(spec)
     if replay is not None and mode != "async":
         raise ValueError("replay: only an async phase has an applied order to follow")

@@ -142,17 +142,24 @@ class Policy:
     ``rowwise``: where the model is a traced torch graph that passed the check of
     :func:`workers.policies.rowwise.rowwise_or_none`, the graph that computes many rows at once
     with each row exactly as alone (``act_alone`` uses it); None: ``act_alone`` calls the model
-    once per row. Setting it to None (``deltarl replay`` does) restores the plain loop.
+    once per row. A format that can have one sets ``_rowwise_later`` and implements
+    :meth:`_make_rowwise`; the graph is made and checked on the first ``act_alone`` of two rows or
+    more, so a process that only acts in batches never pays for it. :meth:`per_row_loop` (``deltarl
+    replay``) keeps the plain loop.
     """
 
     format = "policy"
     rowwise = None
-    _rowwise_later = False  # a rowwise graph to try on the first act_alone (the input size unknown before)
+    _rowwise_later = False  # a rowwise graph to make on the first act_alone (see the class docstring)
 
     def per_row_loop(self) -> None:
         """From now on ``act_alone`` calls the model once per row (no rowwise graph): the
         reference that ``deltarl replay`` checks verdicts against."""
         self.rowwise, self._rowwise_later = None, False
+
+    def _make_rowwise(self, obs_dim: int):  # pragma: no cover - formats with a torch graph override it
+        """The checked rowwise graph for observations of ``obs_dim`` values, or None."""
+        return None
 
     def __init__(self, uri: str, *, path: str | None = None, device: str = "cpu",
                  obs_dim: int | None = None, action: ActionSpec | None = None, sha256: str = ""):
@@ -192,6 +199,9 @@ class Policy:
         n = obs.shape[0]
         if n <= 1:
             return self._empty() if n == 0 else self._postprocess(self._forward(obs), 1)
+        if self._rowwise_later:
+            self._rowwise_later = False
+            self.rowwise = self._make_rowwise(int(obs.shape[1]))
         raws = self._forward_alone(obs)
         if isinstance(raws, np.ndarray):  # already one array of n rows
             return self._postprocess(raws, n)

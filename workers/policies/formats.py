@@ -69,10 +69,12 @@ class D3rlpyPolicy(Policy):
         self.obs_dim = self.model_obs_dim
         self.action = self.model_action
         self.graph = self._greedy_graph(algo)
-        if self.graph is not None and self.model_obs_dim is not None and device == "cpu":
-            from workers.policies.rowwise import rowwise_or_none
+        self._rowwise_later = self.graph is not None and device == "cpu"
 
-            self.rowwise = rowwise_or_none(self.graph.inlined_graph, self.graph, (self.model_obs_dim,))
+    def _make_rowwise(self, obs_dim: int):
+        from workers.policies.rowwise import rowwise_or_none
+
+        return rowwise_or_none(self.graph.inlined_graph, self.graph, (obs_dim,))
 
     @staticmethod
     def _greedy_graph(algo):
@@ -118,8 +120,7 @@ class D3rlpyPolicy(Policy):
             return super()._forward_alone(obs)
         with torch.inference_mode():  # one context for all rows; each row a fresh batch of one
             if self.rowwise is not None:  # each row as alone, many per call (workers/policies/rowwise.py)
-                return self.rowwise(torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32)),
-                                    alone=self.graph).numpy()
+                return self.rowwise(torch.from_numpy(np.ascontiguousarray(obs, dtype=np.float32))).numpy()
             ys = [self.graph(torch.from_numpy(obs[j:j + 1].astype(np.float32))) for j in range(obs.shape[0])]
             return torch.cat(ys).numpy() if stackable_rows(ys, torch.Tensor) else [y.numpy() for y in ys]
 
@@ -169,18 +170,13 @@ class TorchScriptPolicy(Policy):
             if p.ndim == 2:
                 self.first_layer_in = int(p.shape[1])
                 break
-        if device == "cpu":
-            if self.model_obs_dim is not None:
-                self._make_rowwise(self.model_obs_dim)
-            else:  # no metadata: tried on the first act_alone, with that input's size
-                self._rowwise_later = True
+        self._rowwise_later = device == "cpu"
 
-    def _make_rowwise(self, dim: int) -> None:
+    def _make_rowwise(self, obs_dim: int):
         from workers.policies.rowwise import rowwise_or_none
 
-        module = self.module
-        self.rowwise = rowwise_or_none(module.inlined_graph, lambda x: module(x), (dim,), owner=module,
-                                       dtype=self.in_dtype)
+        return rowwise_or_none(self.module.inlined_graph, self.module, (obs_dim,), owner=self.module,
+                               dtype=self.in_dtype)
 
     def _forward(self, obs):
         with torch.inference_mode():
@@ -190,12 +186,9 @@ class TorchScriptPolicy(Policy):
         # the lean loop of act_alone: one inference-mode context for all rows (entering it per call
         # cost more than the model itself: 133 vs 44 us per Hopper row, benchmarks/act_alone.py); each
         # row is a fresh array, as an observation from a deployed environment is
-        if self._rowwise_later:
-            self._rowwise_later = False
-            self._make_rowwise(int(obs.shape[1]))
         with torch.inference_mode():
             if self.rowwise is not None:  # each row as alone, many per call (workers/policies/rowwise.py)
-                return self._output(self.rowwise(self._tensor(obs), alone=self.module))
+                return self._output(self.rowwise(self._tensor(obs)))
             ys = [self.module(self._tensor(obs[j:j + 1].copy())) for j in range(obs.shape[0])]
             if stackable_rows(ys, torch.Tensor):
                 return self._output(torch.cat(ys))  # one conversion for all rows (a copy: the same values)
@@ -473,8 +466,10 @@ class SB3Policy(Policy):
         self.model_action = _gym_action_spec(model.action_space)
         self.obs_dim = self.model_obs_dim
         self.action = self.model_action
-        if self.model_obs_dim is not None and device == "cpu":
-            self.rowwise = sb3_rowwise(model, self.model_obs_dim)
+        self._rowwise_later = device == "cpu"
+
+    def _make_rowwise(self, obs_dim: int):
+        return sb3_rowwise(self.model, obs_dim)
 
     def _forward(self, obs):
         with torch.inference_mode():
@@ -532,7 +527,7 @@ def sb3_predict_rows(model, obs: np.ndarray, rowwise=None) -> np.ndarray:
     with torch.inference_mode():
         if rowwise is not None:
             tensor, _ = policy.obs_to_tensor(obs)  # per row the same conversion (a copy, a reshape)
-            out = rowwise(tensor, alone=lambda x: policy._predict(x, deterministic=True))
+            out = rowwise(tensor)
         else:
             ys = []
             for j in range(obs.shape[0]):

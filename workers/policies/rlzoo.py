@@ -416,10 +416,12 @@ class RLZooPolicy(Policy):
             )
         self.obs_dim = self.model_obs_dim
         self.action = self.model_action
-        if device == "cpu":
-            from workers.policies.formats import sb3_rowwise
+        self._rowwise_later = device == "cpu"
 
-            self.rowwise = sb3_rowwise(model, self.model_obs_dim)
+    def _make_rowwise(self, obs_dim: int):
+        from workers.policies.formats import sb3_rowwise
+
+        return sb3_rowwise(self.model, obs_dim)
 
     def info(self) -> dict:
         out = super().info()

@@ -23,7 +23,7 @@ check, uses an operation outside the interpreter (control flow, calls) or mixes 
 and the policy keeps its exact per-row loop. The check is strong evidence, not a proof: kernels
 are chosen by shape (which the chunks fix), but an element-wise kernel whose vector and scalar
 paths differ only on rare values could slip through; ``deltarl replay`` therefore always acts
-through the per-row loop (``Policy.rowwise = None``), an independent check of every verdict.
+through the per-row loop (``Policy.per_row_loop()``), an independent check of every verdict.
 """
 
 from __future__ import annotations
@@ -120,8 +120,9 @@ class RowwiseGraph:
     docstring). ``owner`` is the ScriptModule whose graph takes ``self`` first (None for a traced
     function). Call it on a tensor of rows; returns what the graph returns for those rows."""
 
-    def __init__(self, graph, owner=None):
+    def __init__(self, graph, owner=None, alone=None):
         g = graph  # inlined (``inlined_graph``): no calls left
+        self.alone = alone  # the model on one row (what the check compared with; it takes batches of 1-2 rows)
         ins = list(g.inputs())
         self._self = ins[0] if owner is not None else None
         if owner is not None:
@@ -178,12 +179,12 @@ class RowwiseGraph:
         out = [env[v] for v in self._outputs]
         return out[0] if len(out) == 1 else tuple(out)
 
-    def __call__(self, x: torch.Tensor, alone=None):
-        """All rows of ``x`` in chunks of :data:`CHUNKS` (zero rows pad the last); ``alone`` (the
-        model on one row) takes the rows of a batch too small for a chunk."""
+    def __call__(self, x: torch.Tensor):
+        """All rows of ``x`` in chunks of :data:`CHUNKS` (zero rows pad the last); the model itself
+        (``alone``) takes the rows of a batch too small for a chunk."""
         n = x.shape[0]
-        if n < ALONE_BELOW and alone is not None:
-            return _stack([alone(x[j:j + 1].clone()) for j in range(n)])
+        if n < ALONE_BELOW and self.alone is not None:
+            return _stack([self.alone(x[j:j + 1].clone()) for j in range(n)])
         full = (n // CHUNKS[-1]) * CHUNKS[-1]
         sizes = [CHUNKS[-1]] * (n // CHUNKS[-1]) + sorted(_PLANS[n - full], reverse=True)
         parts, i = [], 0
@@ -227,7 +228,7 @@ def rowwise_or_none(graph, alone, obs_shape, owner=None, dtype=torch.float32) ->
     if os.environ.get("DELTARL_ROWWISE", "1") == "0":  # the escape hatch: every policy keeps its per-row loop
         return None
     try:
-        rw = RowwiseGraph(graph, owner)
+        rw = RowwiseGraph(graph, owner, alone)
     except Unsupported:
         return None
     except Exception:  # noqa: BLE001 - a graph the interpreter cannot read keeps the loop
