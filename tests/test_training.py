@@ -24,7 +24,7 @@ def tiny(scenario="CartPole-v1", algo="ddqn", **kw):
 def test_presets_load_and_match_their_scenarios():
     for f in sorted((REPO / "experiments" / "aut").glob("*.yaml")):
         cfg = AutTrainConfig.from_file(f)
-        assert f.stem == f"{cfg.scenario}-{cfg.algo}"
+        assert f.stem == cfg.agent_name  # SCENARIO-ALGO, or the name it sets
         cfg.validate()
         assert cfg.init_from is None or Path(cfg.init_from).is_file(), f  # relative to the preset's folder
 
@@ -136,3 +136,30 @@ def test_init_from_starts_from_another_runs_weights(tmp_path):
     hopper = tiny("Hopper-v5", "sac", steps=10, steps_per_epoch=10, init_from=str(src))
     with pytest.raises(TrainingError, match="init_from: .* is a DoubleDQN, this run trains a SAC"):
         train_aut(hopper, tmp_path / "e")
+
+
+def test_select_keeps_the_epoch_closest_to_the_asked_quality(tmp_path):
+    # a run without `select` keeps its best epoch; the same run (same seed) asked for the quality of
+    # its worst epoch keeps that one instead, under the name it sets
+    from workers.training import selection_distance
+
+    kw = dict(steps=1000, steps_per_epoch=200, eval_episodes=10)
+    best = train_aut(tiny(**kw), tmp_path / "best")
+    hist = best["history"]
+    returns = [m["eval_return"] for m in hist]
+    assert len(set(returns)) > 1, returns  # the check needs epochs of different quality
+    worst = min(hist, key=lambda m: m["eval_return"])
+    assert best["best"]["epoch"] == max(hist, key=lambda m: m["eval_return"])["epoch"]
+    target = {"return": worst["eval_return"], "success": 1.0 - worst["eval_failure_rate"]}
+    cfg = tiny(select=target, name="CartPole-v1-ddqn-worst", **kw)
+    sel = train_aut(cfg, tmp_path / "sel")
+    assert [m["eval_return"] for m in sel["history"]] == returns  # selection does not change the training
+    closest = min(sel["history"], key=lambda m: selection_distance(m, target))
+    assert sel["best"]["epoch"] == closest["epoch"] == worst["epoch"] != best["best"]["epoch"]
+    assert sel["best"]["distance"] == 0.0 and "closest to return" in sel["best"]["rule"]
+    assert cfg.agent_name == "CartPole-v1-ddqn-worst" and tiny().agent_name == "CartPole-v1-ddqn"
+    for bad, msg in [({"return": 1}, "select must be"), ({"return": 1, "success": 2}, "select.success")]:
+        with pytest.raises(TrainingError, match=msg):
+            tiny(select=bad).validate()
+    with pytest.raises(TrainingError, match="not a folder name"):
+        tiny(name="a/b").validate()

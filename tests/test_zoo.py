@@ -22,6 +22,24 @@ def test_the_zoo_ships_agents():
     assert {"CartPole-v1-ddqn", "Acrobot-v1-ddqn", "MountainCar-v0-ddqn"} <= names
     # third-party agents (rl-baselines3-zoo) answer zoo:Walker2d-v5 and zoo:BipedalWalker
     assert {"Walker2d-v5-rlzoo", "BipedalWalker-rlzoo", "Walker2d-v5-sac-deltarl"} <= names
+    # the Delta grids' AUTs: the epoch of a training closest to the paper's Table 1 AUT (issue #17)
+    assert {"CartPole-v1-ddqn-paper", "MountainCar-v0-ddqn-paper", "Acrobot-v1-ddqn-paper"} <= names
+
+
+def test_paper_quality_agents_are_near_the_papers_aut():
+    """Each ``*-paper`` agent was selected for the paper's AUT quality (Table 1), and its card's own
+    100-episode evaluation (another seed than the selection's) is near it: return within 10% and
+    success rate within 5 points."""
+    paper = [p for p in CARDS if p.parent.name.endswith("-paper")]
+    assert len(paper) >= 3
+    for card_path in paper:
+        card = json.loads(card_path.read_text())
+        sel, ev = card["selected"], card["evaluation"]
+        target = card["config"]["select"]
+        assert card["agent"] == card["config"]["name"] == card_path.parent.name
+        assert sel["rule"].startswith("closest to return") and sel["distance"] < 0.1, sel
+        assert abs(ev["mean_return"] - target["return"]) <= 0.1 * abs(target["return"]), (card_path, ev)
+        assert abs(ev["success_rate"] - target["success"]) <= 0.05, (card_path, ev)
 
 
 def test_third_party_cards_are_honest():

@@ -68,6 +68,12 @@ class AutTrainConfig:
     # file a relative path is relative to that file), e.g. a calm-air Hopper fine-tuned in wind; its
     # warm-up steps then act with that policy, not at random
     init_from: str | None = None
+    # which epoch's policy the run ships (model.d3): None keeps the best by the training-time
+    # evaluation; {return: R, success: S} keeps the epoch closest to that quality, e.g. the paper's
+    # AUT (distance |return - R| / max(|R|, 1) + |success rate - S|; evaluate on >= 100 episodes)
+    select: dict | None = None
+    # the agent's name in the zoo (its folder); None: SCENARIO-ALGO
+    name: str | None = None
     device: str | None = None  # None: cuda when available
 
     @classmethod
@@ -99,7 +105,26 @@ class AutTrainConfig:
         for name in ("steps", "steps_per_epoch", "update_interval", "n_updates", "eval_episodes"):
             if int(getattr(self, name)) < 1:
                 raise TrainingError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.select is not None:
+            if not isinstance(self.select, dict) or set(self.select) != {"return", "success"}:
+                raise TrainingError(f"select must be {{return: R, success: S}} (the quality to keep), got {self.select!r}")
+            if not 0.0 <= float(self.select["success"]) <= 1.0:
+                raise TrainingError(f"select.success is a rate in [0, 1], got {self.select['success']!r}")
+        if self.name is not None and (not self.name or "/" in self.name or self.name.startswith(".")):
+            raise TrainingError(f"name {self.name!r} is not a folder name for the zoo (e.g. CartPole-v1-ddqn-paper)")
         return scenario
+
+    @property
+    def agent_name(self) -> str:
+        return self.name or f"{self.scenario}-{self.algo}"
+
+
+def selection_distance(metrics: dict, select: dict) -> float:
+    """How far an epoch's evaluation is from the quality ``select`` asks for: |return - R| / max(|R|, 1)
+    + |success rate - S| (a 1% return gap weighs as one point of success rate)."""
+    target = float(select["return"])
+    success = 1.0 - float(metrics["eval_failure_rate"])
+    return abs(float(metrics["eval_return"]) - target) / max(abs(target), 1.0) + abs(success - float(select["success"]))
 
 
 def d3rlpy_config(config_cls, hyperparameters: dict, where: str):
@@ -403,9 +428,19 @@ def _end_epoch(cfg: AutTrainConfig, out: Path, scenario, algo, buffer, state: di
     }
     state["history"].append(metrics)
     best = state.get("best")
-    if best is None or metrics["eval_return"] > best["eval_return"]:
+    if cfg.select is not None:
+        # keep the epoch closest to the asked-for quality (e.g. the paper's AUT, not the strongest)
+        d = selection_distance(metrics, cfg.select)
+        keep = best is None or d < best["distance"]
+        chosen = {"epoch": state["epoch"], "step": step, "eval_return": metrics["eval_return"],
+                  "eval_success_rate": 1.0 - metrics["eval_failure_rate"], "distance": d,
+                  "rule": f"closest to return {cfg.select['return']}, success {cfg.select['success']}"}
+    else:
         # keep the best greedy policy seen so far (DQN's return can swing between epochs)
-        state["best"] = {"epoch": state["epoch"], "step": step, "eval_return": metrics["eval_return"]}
+        keep = best is None or metrics["eval_return"] > best["eval_return"]
+        chosen = {"epoch": state["epoch"], "step": step, "eval_return": metrics["eval_return"]}
+    if keep:
+        state["best"] = chosen
         tmp = out / f".best.d3.tmp-{os.getpid()}"
         algo.save(str(tmp))
         os.replace(tmp, out / "best.d3")

@@ -122,12 +122,13 @@ def aut_card(out: Path, cfg, state: dict, scenario, *, eval_episodes: int = 100,
     algo.save_policy(str(out / TORCHSCRIPT))
     ev = evaluate_policy(scenario, str(out / TORCHSCRIPT), eval_episodes, seed=EVAL_SEED, device="cpu")
     card = {
-        "agent": f"{cfg.scenario}-{cfg.algo}",
+        "agent": cfg.agent_name,
         "scenario": cfg.scenario,
         "algorithm": AUT_ALGORITHMS[cfg.algo] + " (d3rlpy " + d3rlpy.__version__ + ")",
         "config": dataclasses.asdict(cfg),
         "steps": state["step"],
-        "selected": state.get("best"),  # model.d3 = the best epoch by the training-time evaluation
+        "selected": state.get("best"),  # model.d3: the best epoch by the training-time evaluation, or the one
+        # closest to the config's `select` quality (its rule is in it)
         "seed": cfg.seed,
         "training_wall_seconds": state["wall_seconds"],
         "wall_seconds_incl_eval": wall,
