@@ -150,11 +150,12 @@ def test_campaign_challenger_phase_trains_from_the_runs_D(tmp_path, ray_cluster)
     from orchestrator.cli import main
 
     out = safety_run(tmp_path, episodes=32, name="camp",
-                     extra="challenger:\n  algos: [bc]\n  steps: 30\n  eval_episodes: 4\n")
+                     extra="challenger:\n  algos: [bc]\n  steps: 30\n  eval_episodes: 4\n  torch_threads: 1\n")
     # the safety phase already ran; `--resume` finishes the campaign with its challenger phase
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
     card = json.loads((out / "challengers" / "bc" / "card.json").read_text())
     assert card["steps"] == 30 and card["dataset"]["episodes"] == 32
+    assert card["config"]["torch_threads"] == 1  # the campaign's setting, not the preset's 2
     mtime = (out / "challengers" / "bc" / "card.json").stat().st_mtime
     assert main(["run", "--resume", str(out), "--quiet"]) == 0  # a finished challenger is kept
     assert (out / "challengers" / "bc" / "card.json").stat().st_mtime == mtime
@@ -213,9 +214,13 @@ def test_campaign_challenger_section_is_validated(tmp_path):
     p.write_text(base + "challenger:\n  algos: [cql]\n  preset: mujoco\n")
     with pytest.raises(CampaignError, match="no settings for CartPole-v1"):
         load_campaign(p)
+    p.write_text(base + "challenger: {algos: [bc], torch_threads: 0}\n")
+    with pytest.raises(CampaignError, match="challenger.torch_threads must be an integer >= 1"):
+        load_campaign(p)
     p.write_text(base + "challenger: {algos: [bc, bcq]}\n")
     c = load_campaign(p)
     assert c.challenger.algos == ["bc", "bcq"] and c.challenger.eval_episodes == 100
+    assert c.challenger.torch_threads is None
 
 
 def test_challenger_cache_reuses_training_on_the_same_D(cartpole_run, tmp_path, ray_cluster, monkeypatch):

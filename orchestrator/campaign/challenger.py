@@ -53,6 +53,7 @@ def _train_run_challenger(
     preset: str | None = None,
     steps: int | None = None,
     seed: int | None = None,
+    torch_threads: int | None = None,
     out: str | Path | None = None,
     resume: bool = False,
     eval_episodes: int = 100,
@@ -70,7 +71,7 @@ def _train_run_challenger(
     if len(eps) == 0:
         raise StoreError(f"run {store.run_id!r} in {run_dir} has no AUT episodes in phases {list(phases)}: "
                          f"run the safety phase first (deltarl run CAMPAIGN.yaml)")
-    cfg = challenger_config(scenario.name, algo, preset, steps=steps,
+    cfg = challenger_config(scenario.name, algo, preset, steps=steps, torch_threads=torch_threads,
                             seed=seed if seed is not None else campaign.get("seed"))
     out = Path(out) if out else challenger_dir(run_dir, algo)
     if resume and latest_checkpoint(out) is None:
@@ -226,6 +227,6 @@ def run_challenger_phase(campaign, *, resume: bool = False, progress: bool = Tru
             continue
         cards.append(train_run_challenger(
             campaign.output, algo, preset=spec.preset, steps=spec.steps, seed=campaign.seed,
-            resume=resume and latest_checkpoint(out) is not None, eval_episodes=spec.eval_episodes,
+            torch_threads=spec.torch_threads, resume=resume and latest_checkpoint(out) is not None, eval_episodes=spec.eval_episodes,
             mlflow=campaign.mlflow, progress=progress))
     return cards

@@ -28,6 +28,8 @@
       preset: null                 # null = the scenario's preset in experiments/challengers/
       steps: null                  # gradient steps (null = the preset's)
       eval_episodes: 100           # Table 1 evaluation of challenger and AUT
+      torch_threads: null          # torch threads while training (null = the preset's, 2); 1 in a grid
+                                   # whose campaigns share the cores (docs/scaling.md)
     optimality:                    # optional: differential fuzzing, AUT vs challenger (Delta phase 3)
       fuzzer: delta                # or any safety fuzzer as a baseline under the same oracle
       params: {}                   # e.g. {without: [regret]} for an ablation
@@ -117,6 +119,7 @@ class ChallengerSpec:
     preset: str | None = None
     steps: int | None = None
     eval_episodes: int = 100
+    torch_threads: int | None = None
 
 
 @dataclass
@@ -325,11 +328,14 @@ def validate_campaign(c: Campaign):
             if algo not in ALGOS:
                 raise CampaignError(f"challenger.algos: unknown algorithm {algo!r}; allowed: {', '.join(ALGOS)}")
             try:  # the preset exists, covers the scenario and its settings are valid d3rlpy settings
-                challenger_config(c.scenario, algo, ch.preset, steps=ch.steps).validate()
+                challenger_config(c.scenario, algo, ch.preset, steps=ch.steps, torch_threads=ch.torch_threads).validate()
             except TrainingError as exc:
                 raise CampaignError(f"challenger: {exc}") from exc
         if ch.steps is not None and ch.steps < 1:
             raise CampaignError(f"challenger.steps must be >= 1, got {ch.steps}")
+        if ch.torch_threads is not None and (not isinstance(ch.torch_threads, int) or ch.torch_threads < 1):
+            raise CampaignError(f"challenger.torch_threads must be an integer >= 1 (or null: the preset's), "
+                                f"got {ch.torch_threads!r}")
         if ch.eval_episodes < 1:
             raise CampaignError(f"challenger.eval_episodes must be >= 1, got {ch.eval_episodes}")
         if c.safety is None:
