@@ -179,3 +179,26 @@ def test_every_paper_grid_expands_in_every_profile(monkeypatch):
                 else:
                     assert methods == {("delta", ())} and {tuple(d["challenger"]["algos"]) for d in dicts} == {
                         ("bc",), ("bcq",), ("cql",)}, where
+
+
+def test_a_finished_point_is_recognised_across_a_setting_added_since(tmp_path):
+    """A finished campaign whose campaign.json predates a setting (here challenger.torch_threads,
+    absent = its default) is the same point and is not re-run; a changed setting is an error that
+    names it."""
+    from orchestrator.campaign.grid import _finished
+    from orchestrator.runs.layout import RunFolder
+
+    g = grid_file(tmp_path, "  seed: [0]", extra_base="  challenger: {algos: [bc], steps: 10}")
+    (_, campaign), = expand(g)
+    folder = RunFolder(campaign.output)
+    folder.root.mkdir(parents=True)
+    stored = json.loads(json.dumps(campaign.to_dict(), default=str))
+    del stored["challenger"]["torch_threads"]  # written before the setting existed
+    folder.campaign_json.write_text(json.dumps(stored))
+    assert _finished(campaign, folder) is None  # no results.json: not finished
+    folder.results_json.write_text(json.dumps({"safety": {"episodes": 32}}))
+    assert _finished(campaign, folder) == {"safety": {"episodes": 32}}
+    stored["seed"] = 1
+    folder.campaign_json.write_text(json.dumps(stored))
+    with pytest.raises(GridError, match=r"holds a finished campaign that differs .*\(seed changed\)"):
+        _finished(campaign, folder)

@@ -177,9 +177,15 @@ def _finished(point_campaign, folder: RunFolder) -> dict | None:
     error: its results would be reported for the wrong point."""
     if not folder.results_json.is_file():
         return None
-    have = {k: v for k, v in folder.campaign_dict().items() if k not in ("output", "name")}
-    want = {k: v for k, v in json.loads(json.dumps(point_campaign.to_dict(), default=str)).items()
-            if k not in ("output", "name")}
+    def settings(campaign_dict: dict) -> dict:
+        return {k: v for k, v in json.loads(json.dumps(campaign_dict, default=str)).items() if k not in ("output", "name")}
+
+    stored = folder.campaign_dict()
+    try:  # read through today's parser: a setting added since (at its default) is no difference
+        have = settings(campaign_from_dict(stored).to_dict())
+    except CampaignError:
+        have = settings(stored)
+    want = settings(point_campaign.to_dict())
     if have != want:
         raise GridError(f"{folder.root} holds a finished campaign that differs from this grid's point "
                         f"({', '.join(sorted(k for k in want if want[k] != have.get(k)))} changed); give the grid "
