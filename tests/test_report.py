@@ -198,6 +198,9 @@ def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
         # 21 campaigns, 3 safety runs: each once; no effect size from a single run
         assert "| curefuzz | 600 | 28.0 ± 11.4 (n=3) | 26.0 ± 9.9 (n=3) |" in md
         assert "21 campaigns ran 3 distinct safety runs" in md
+        # Delta against each ablation, not only the best one (issue #17: does removing a term change a metric?)
+        for ablation in ("diversity", "inconsistency", "regret"):
+            assert f"| bugs | delta w/o {ablation} | 208.7 ± 206.7 (n=3) |" in md
         assert "-40.43" not in md and "| distance | gmt | 0.141 ± 0.140 (n=2) | 0.787 (n=1) |" in md
         assert md.index("## The answer") < md.index("## All runs")
     for f in (src / "report_files").iterdir():

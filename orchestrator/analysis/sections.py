@@ -224,9 +224,10 @@ def figure_bugs_over_time(doc: Doc, data, scenario: str) -> bool:
 
 # -- Tables 2-4 -----------------------------------------------------------------------------------
 def _method_table(doc: Doc, units: pd.DataFrame, scenario: str, methods: list[str], paper_tab: dict, caption: str,
-                  compare: list[str], percentages: bool = True) -> None:
+                  compare: list[str], percentages: bool = True, each: bool = False) -> None:
     """Rows = methods; per metric our cell (with n) and the paper's; then Delta against the best
-    of ``compare`` on each metric."""
+    of ``compare`` on each metric, or (``each``) against every one of them (the ablations: does
+    removing a term change a metric?)."""
     vals = {m: {k: _vals(units.loc[units["method"] == m, k]) for k, _ in METRICS} for m in methods}
     best = {k: stats.best_baseline({m: _mean(vals[m][k]) for m in compare}) for k, _ in METRICS}
     rows = []
@@ -256,25 +257,27 @@ def _method_table(doc: Doc, units: pd.DataFrame, scenario: str, methods: list[st
         return
     crows = []
     for k, label in METRICS:
-        name = best[k][0]
-        if not name:
-            continue
-        a, b = vals["delta"][k], vals[name][k]
-        if not a:
-            crows.append([label, name, "n/a (no Delta run)", cell(b), "", "", "", ""])
-            continue
-        both = min(len(a), len(b)) >= 2
-        u, p = stats.mann_whitney(a, b)
-        d = stats.cohens_d(a, b)
-        if not both:
-            dcell = ucell = pcell = NA_FEW
-        else:
-            ucell, pcell = f"{u:.1f}", _p(p)
-            dcell = f"{d:.2f}" if np.isfinite(d) else "n/a (no spread)"
-        crows.append([label, name, cell(a), cell(b), _delta_pct(_mean(a), best[k][1]), ucell, pcell, dcell])
-    doc.table(["metric", "best other method", "Delta", "best other", "Delta vs best other", "Mann–Whitney U",
-               "p (two-sided)", "Cohen's d"], crows, align="llrrrrrr",
-              caption=f"{scenario}: Delta against the best of the others on each metric (runs as samples)")
+        names = [m for m in compare if vals[m][k]] if each else [best[k][0]] if best[k][0] else []
+        for name in names:
+            a, b = vals["delta"][k], vals[name][k]
+            if not a:
+                crows.append([label, name, "n/a (no Delta run)", cell(b), "", "", "", ""])
+                continue
+            both = min(len(a), len(b)) >= 2
+            u, p = stats.mann_whitney(a, b)
+            d = stats.cohens_d(a, b)
+            if not both:
+                dcell = ucell = pcell = NA_FEW
+            else:
+                ucell, pcell = f"{u:.1f}", _p(p)
+                dcell = f"{d:.2f}" if np.isfinite(d) else "n/a (no spread)"
+            crows.append([label, name, cell(a), cell(b), _delta_pct(_mean(a), _mean(b)), ucell, pcell, dcell])
+    other = "other method" if each else "best other method"
+    doc.table(["metric", other, "Delta", "other" if each else "best other",
+               "Delta vs other" if each else "Delta vs best other", "Mann–Whitney U", "p (two-sided)", "Cohen's d"],
+              crows, align="llrrrrrr",
+              caption=(f"{scenario}: Delta against each of them on each metric (runs as samples)" if each else
+                       f"{scenario}: Delta against the best of the others on each metric (runs as samples)"))
     doc.note(f"{NA_FEW}: U, p and Cohen's d need at least two runs on each side. \"n/a (no spread)\": every run of "
              "both methods gave the same value except for the difference of the means, so the pooled standard "
              "deviation is 0 and d is not finite.")
@@ -309,7 +312,7 @@ def section_optimality(doc: Doc, data, scenario: str, paper: dict) -> None:
                       f"best baseline where Delta is best)", [m for m in main if m != "delta"])
     if len(ablations) > 1:
         _method_table(doc, units, scenario, ablations, p4, f"{scenario}: Delta against its ablations (Table 4 layout)",
-                      [m for m in ablations if m != "delta"], percentages=False)
+                      [m for m in ablations if m != "delta"], percentages=False, each=True)
     delta = all_units[all_units["method"] == "delta"]
     algos = sorted({a for a in delta["challenger_algo"].dropna()})
     if len(algos) > 1:
