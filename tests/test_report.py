@@ -155,6 +155,14 @@ def test_report_of_a_grid_leads_with_the_answer(runs, tmp_path):
     assert line.split(" | ")[5:7] == [f"{u:.1f}", f"{p:.3f}"]
     line = next(ln for ln in md.splitlines() if ln.startswith("| random | "))
     assert f"{r['bugs'].mean():.1f} ± " in line and "(n=2)" in line
+    # Delta's energy: each term's share of the seed selections, from the runs' summaries (issue #17)
+    import json
+
+    shares = [json.loads((runs / "grid" / c / "results.json").read_text())["optimality"] for c in d["campaign"]]
+    line = next(ln for ln in md.splitlines() if ln.startswith("| delta | ") and ln.count("|") == 5)
+    for term, got in zip(("diversity", "regret", "inconsistency"), line.split(" | ")[1:4]):
+        vals = [s[f"decision_share_{term}"] for s in shares]
+        assert got.startswith(f"{np.mean(vals):.3f} ± ") and "(n=2)" in got, (term, got, vals)
     # the raw table last, no JSON in it
     assert md.index("## All runs (4 campaigns)") > md.index("Table 3 layout") and "| g-000 | delta | 0 |" in md
     assert "{" not in md[md.index("## All runs"):]

@@ -131,7 +131,12 @@ def run_row(r: Run) -> dict:
             "method": r.optimality_method, "challenger_algo": r.challenger_algo, "challenger_return": ca,
             "oracle": o.get("oracle"), "cases": o.get("cases"), "bugs": o.get("bugs"),
             "distinct_bugs": o.get("distinct_bugs"), "distance": o.get("distance"), "flaky_bugs": o.get("flaky_bugs"),
+            # Delta's energy: how often each term decided a seed selection (issue #17; None for the baselines)
+            **{f"decision_share_{t}": o.get(f"decision_share_{t}") for t in ENERGY_TERMS},
             **safety_search_row(r)}
+
+
+ENERGY_TERMS = ("diversity", "regret", "inconsistency")
 
 
 def safety_search_row(r: Run) -> dict:
