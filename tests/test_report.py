@@ -19,7 +19,8 @@ from browser import Browser
 from orchestrator.analysis.report import NOT_IN_RUN, ReportError, write_report
 
 REPO = Path(__file__).resolve().parents[1]
-COMMITTED = ("delta-local-rq1", "delta-local-rq2-rq3", "delta-local-table7", "llmtester-table2")
+COMMITTED = ("delta-local-rq1", "delta-local-rq2-rq3", "delta-local-table7", "llmtester-table2",
+             "delta-rq1-local-CartPole-paper-aut")
 
 
 def look(html_file: Path, tmp: Path, *, width: int = 1280, height: int = 900) -> dict:
@@ -197,11 +198,20 @@ def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
     assert Path(out["markdown"]).read_text() == (src / "report.md").read_text()
     md = (src / "report.md").read_text()
     assert "(n=" in md
-    if folder.startswith("delta-"):  # runs without a challenger or bug videos: said so
+    if folder.startswith("delta-local"):  # runs without a challenger or bug videos: said so
         assert "What this report cannot show" in md
     if folder == "llmtester-table2":  # Table II from the committed data: every ACAS Xu run, the paper beside it
         assert "| llmtester | 1 | 212 | 149 | 13 | 25 | 1600 | 1524 | 908 | 0.17 |" in md
         assert "| mdpfuzz | 313.0 ± 24.8 (n=3) | 92 |" in md
+    if folder == "delta-rq1-local-CartPole-paper-aut":
+        # issue #17: with the paper-quality AUT and the normalised energy, BC, BCQ and CQL find other bugs
+        rows = [ln for ln in md.splitlines() if re.match(r"\| delta-rq1-00\d \|", ln)]
+        assert len(rows) == 9
+        bugs = pd.read_parquet(src / "report_data" / "bug_list.parquet")
+        per = {c: {tuple(s) for s in g["initial_state"]} for c, g in bugs.groupby("campaign")}
+        for seed in range(3):  # campaigns 00{seed} (BC), 00{3+seed} (BCQ), 00{6+seed} (CQL): one safety run each
+            bc, bcq, cql = (per.get(f"delta-rq1-00{i}", set()) for i in (seed, 3 + seed, 6 + seed))
+            assert bc != bcq and bcq != cql and bc != cql, seed
     if folder == "delta-local-rq2-rq3":
         # 21 campaigns, 3 safety runs: each once; no effect size from a single run
         assert "| curefuzz | 600 | 28.0 ± 11.4 (n=3) | 26.0 ± 9.9 (n=3) |" in md
