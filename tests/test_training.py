@@ -158,7 +158,8 @@ def test_select_keeps_the_epoch_closest_to_the_asked_quality(tmp_path):
     assert sel["best"]["epoch"] == closest["epoch"] == worst["epoch"] != best["best"]["epoch"]
     assert sel["best"]["distance"] == 0.0 and "closest to return" in sel["best"]["rule"]
     assert cfg.agent_name == "CartPole-v1-ddqn-worst" and tiny().agent_name == "CartPole-v1-ddqn"
-    for bad, msg in [({"return": 1}, "select must be"), ({"return": 1, "success": 2}, "select.success")]:
+    for bad, msg in [({"return": 1}, "select must be"), ({"return": 1, "success": 2}, "success a rate in"),
+                     ({"return": "high", "success": 0.9}, "return is a number")]:
         with pytest.raises(TrainingError, match=msg):
             tiny(select=bad).validate()
     with pytest.raises(TrainingError, match="not a folder name"):

@@ -108,8 +108,9 @@ class AutTrainConfig:
         if self.select is not None:
             if not isinstance(self.select, dict) or set(self.select) != {"return", "success"}:
                 raise TrainingError(f"select must be {{return: R, success: S}} (the quality to keep), got {self.select!r}")
-            if not 0.0 <= float(self.select["success"]) <= 1.0:
-                raise TrainingError(f"select.success is a rate in [0, 1], got {self.select['success']!r}")
+            r, sr = self.select["return"], self.select["success"]
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (r, sr)) or not 0 <= sr <= 1:
+                raise TrainingError(f"select: return is a number and success a rate in [0, 1], got {self.select!r}")
         if self.name is not None and (not self.name or "/" in self.name or self.name.startswith(".")):
             raise TrainingError(f"name {self.name!r} is not a folder name for the zoo (e.g. CartPole-v1-ddqn-paper)")
         return scenario
@@ -431,7 +432,7 @@ def _end_epoch(cfg: AutTrainConfig, out: Path, scenario, algo, buffer, state: di
     if cfg.select is not None:
         # keep the epoch closest to the asked-for quality (e.g. the paper's AUT, not the strongest)
         d = selection_distance(metrics, cfg.select)
-        keep = best is None or d < best["distance"]
+        keep = best is None or d < best.get("distance", float("inf"))  # (a resumed run that had no select)
         chosen = {"epoch": state["epoch"], "step": step, "eval_return": metrics["eval_return"],
                   "eval_success_rate": 1.0 - metrics["eval_failure_rate"], "distance": d,
                   "rule": f"closest to return {cfg.select['return']}, success {cfg.select['success']}"}
