@@ -20,7 +20,7 @@ from orchestrator.analysis.report import NOT_IN_RUN, ReportError, write_report
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = ("delta-local-rq1", "delta-local-rq2-rq3", "delta-local-table7", "llmtester-table2",
-             "delta-rq1-local-CartPole-paper-aut")
+             "delta-rq1-local-CartPole-paper-aut", "delta-paper-cases-rq2-rq3")
 
 
 def look(html_file: Path, tmp: Path, *, width: int = 1280, height: int = 900) -> dict:
@@ -212,6 +212,10 @@ def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
         for seed in range(3):  # campaigns 00{seed} (BC), 00{3+seed} (BCQ), 00{6+seed} (CQL): one safety run each
             bc, bcq, cql = (per.get(f"delta-rq1-00{i}", set()) for i in (seed, 3 + seed, 6 + seed))
             assert bc != bcq and bcq != cql and bc != cql, seed
+    if folder == "delta-paper-cases-rq2-rq3":
+        # issue #17's re-run: 3 seeds x 7 methods on two scenarios, each term's share of the selections
+        assert "42 campaigns on 2 scenario(s)" in md
+        assert "| delta w/o regret | 0.971 ± 0.013 (n=3) | 0.000 ± 0.000 (n=3) | 0.972 ± 0.016 (n=3) |" in md
     if folder == "delta-local-rq2-rq3":
         # 21 campaigns, 3 safety runs: each once; no effect size from a single run
         assert "| curefuzz | 600 | 28.0 ± 11.4 (n=3) | 26.0 ± 9.9 (n=3) |" in md

@@ -8,7 +8,12 @@ method, Delta's difference to the method in each seed, how many seeds Delta led,
 tests: the t-test on the differences and the Wilcoxon signed-rank test (two-sided; with n pairs
 its smallest possible p is 2 / 2^n, 0.125 for 4 seeds, 0.0625 for 5).
 
-    .venv/bin/python experiments/results/paired_by_seed.py experiments/results/delta-paper-cases-rq2-rq3
+    .venv/bin/python experiments/results/paired_by_seed.py experiments/results/delta-paper-cases-rq2-rq3 \
+        --sampling-cases 1250
+
+``--sampling-cases N`` adds "fuzzing bugs": the bugs found after the first N test cases (the
+initial corpus drawn from the reset distribution, the same draws for most methods of one seed),
+read from the run's timeline: the part of the count the search itself is responsible for.
 
 Every number it prints comes from the report_data folder given; nothing is re-run.
 """
@@ -52,8 +57,17 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", help="a folder with report_data/ (a committed report)")
+    ap.add_argument("--sampling-cases", type=int, default=None,
+                    help="also compare the bugs found after this many test cases (the sampling phase's end)")
     args = ap.parse_args(argv)
     runs = done_runs(pd.read_parquet(Path(args.folder) / "report_data" / "runs.parquet"))
+    metrics = METRICS
+    if args.sampling_cases:
+        tl = pd.read_parquet(Path(args.folder) / "report_data" / "timelines.parquet")
+        tl = tl[tl["phase"] != "safety"].sort_values("x")
+        at = {c: float(g.loc[g["x"] <= args.sampling_cases, "bugs"].max()) for c, g in tl.groupby("campaign")}
+        runs = runs.assign(fuzzing_bugs=runs["bugs"] - runs["campaign"].map(at))
+        metrics = METRICS[:1] + (("fuzzing_bugs", f"fuzzing bugs (after {args.sampling_cases} cases)"),) + METRICS[1:]
     print(f"### Delta against each method, paired by seed ({args.folder})\n")
     print("diff: Delta minus the method, per seed (in seed order); led: seeds where Delta had more; mean rel.: "
           "mean of diff / method; p: paired t-test and Wilcoxon signed-rank, two-sided (— : no spread or n < 2)\n")
@@ -66,7 +80,7 @@ def main(argv=None) -> int:
         print(f"#### {scenario} (seeds {', '.join(map(str, seeds))})\n")
         print("| metric | method | diff per seed | led | mean rel. | p (t) | p (Wilcoxon) |")
         print("|---|---|---|---:|---:|---:|---:|")
-        for key, label in METRICS:
+        for key, label in metrics:
             for m, g in by.items():
                 if m == "delta":
                     continue
