@@ -92,6 +92,7 @@ class AutTrainConfig:
 
     def validate(self):
         from envs import get_scenario
+        from workers.policies.load import is_zoo_name
 
         if self.algo not in ALGOS:
             raise TrainingError(f"unknown algorithm {self.algo!r}; choose one of {', '.join(ALGOS)}")
@@ -111,7 +112,7 @@ class AutTrainConfig:
             r, sr = self.select["return"], self.select["success"]
             if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (r, sr)) or not 0 <= sr <= 1:
                 raise TrainingError(f"select: return is a number and success a rate in [0, 1], got {self.select!r}")
-        if self.name is not None and (not self.name or "/" in self.name or self.name.startswith(".")):
+        if self.name is not None and not is_zoo_name(self.name):
             raise TrainingError(f"name {self.name!r} is not a folder name for the zoo (e.g. CartPole-v1-ddqn-paper)")
         return scenario
 

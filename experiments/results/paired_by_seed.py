@@ -30,8 +30,6 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-METRICS = (("bugs", "bugs"), ("distinct_bugs", "distinct bugs"), ("distance", "distance"))
-
 
 def paired(delta: pd.Series, other: pd.Series) -> dict:
     from scipy.stats import ttest_rel, wilcoxon
@@ -53,7 +51,7 @@ def fmt(v: float, digits: int = 3) -> str:
 
 
 def main(argv=None) -> int:
-    from orchestrator.analysis.sections import done_runs, method_order, optimality_units
+    from orchestrator.analysis.sections import METRICS, done_runs, method_order, optimality_units
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", help="a folder with report_data/ (a committed report)")

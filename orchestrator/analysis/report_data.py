@@ -101,6 +101,11 @@ def has_saved_data(folder: str | Path) -> bool:
     return (d / META).is_file() and (d / "runs.parquet").is_file()
 
 
+# Delta's energy terms, as orchestrator.fuzzers.delta.COMPONENTS names them (not imported from there:
+# it loads torch, which a report does not need)
+ENERGY_TERMS = ("diversity", "regret", "inconsistency")
+
+
 # -- collecting from run folders ---------------------------------------------------------------
 def _key(*parts) -> str:
     return json.dumps(parts, sort_keys=True, default=str)
@@ -135,8 +140,6 @@ def run_row(r: Run) -> dict:
             **{f"decision_share_{t}": o.get(f"decision_share_{t}") for t in ENERGY_TERMS},
             **safety_search_row(r)}
 
-
-ENERGY_TERMS = ("diversity", "regret", "inconsistency")
 
 
 def safety_search_row(r: Run) -> dict:

@@ -333,7 +333,9 @@ def section_optimality(doc: Doc, data, scenario: str, paper: dict) -> None:
 def _energy_shares(doc: Doc, units: pd.DataFrame, scenario: str) -> None:
     """How often each term of Delta's energy decided a seed selection (removing it would have
     chosen another seed), per Delta variant: the evidence that every term enters the search."""
-    cols = [f"decision_share_{t}" for t in ("diversity", "regret", "inconsistency")]
+    from orchestrator.analysis.report_data import ENERGY_TERMS
+
+    cols = [f"decision_share_{t}" for t in ENERGY_TERMS]
     if not set(cols) <= set(units.columns):
         return  # data from before the shares were recorded
     rows = []
@@ -343,7 +345,7 @@ def _energy_shares(doc: Doc, units: pd.DataFrame, scenario: str) -> None:
             continue
         rows.append([m] + [cell(rs[c], digits=3) for c in cols])
     if rows:
-        doc.table(["method", "diversity", "regret", "inconsistency"], rows,
+        doc.table(["method", *ENERGY_TERMS], rows,
                   caption=f"{scenario}: share of Delta's seed selections each energy term decided")
         doc.note("A term decides a selection when the energy without it would have chosen another seed; a removed "
                  "term decides none. Mean ± 95% CI over runs (n).")

@@ -127,6 +127,11 @@ def load_policy(uri: str, scenario=None, device: str | None = None) -> Policy:
     return policy
 
 
+def is_zoo_name(name: str) -> bool:
+    """Whether ``name`` can name a folder of the zoo: not empty, no path separator, not hidden."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name and not name.startswith(".")
+
+
 def resolve_zoo_uri(uri: str) -> Path:
     """``zoo:CartPole-v1`` (or ``zoo:CartPole-v1-ddqn``) -> the agent's TorchScript file
     (``policy.pt``), else its d3rlpy model (``model.d3``), else, for a third-party agent kept in
@@ -136,7 +141,7 @@ def resolve_zoo_uri(uri: str) -> Path:
     its last ``-SUFFIX`` is ``NAME`` (so ``Walker2d-v5-rlzoo`` answers ``zoo:Walker2d-v5``, and
     ``Walker2d-v5-sac-deltarl`` only its full name)."""
     name = uri.split(":", 1)[1].strip()
-    if not name or name in (".", "..") or "/" in name or "\\" in name or name.startswith("."):
+    if not is_zoo_name(name):
         raise PolicyError(f"zoo:{name} is not a zoo agent name: zoo:NAME names a folder of the zoo (e.g. "
                           f"zoo:CartPole-v1), never a path; give a path to a policy file without the zoo: prefix")
     root = zoo_dir()
