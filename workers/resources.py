@@ -44,6 +44,11 @@ def zoo_dir() -> Path:
     return Path(env) if env else resource("zoo")
 
 
+def is_zoo_name(name: str) -> bool:
+    """Whether ``name`` can name a folder of the zoo: not empty, no path separator, not hidden."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name and not name.startswith(".")
+
+
 def acasxu_dir() -> Path:
     """The ACAS Xu networks: ``$DELTARL_ACASXU_DIR``, else ``shared/data/acasxu`` beside the checkout."""
     env = os.environ.get("DELTARL_ACASXU_DIR")

@@ -92,7 +92,7 @@ class AutTrainConfig:
 
     def validate(self):
         from envs import get_scenario
-        from workers.policies.load import is_zoo_name
+        from workers.resources import is_zoo_name
 
         if self.algo not in ALGOS:
             raise TrainingError(f"unknown algorithm {self.algo!r}; choose one of {', '.join(ALGOS)}")

@@ -29,7 +29,7 @@ from workers.policies.formats import (
     TorchScriptPolicy,
 )
 from workers.policies.rlzoo import RLZooPolicy, find_agent, is_zoo_folder, stats_dir_for
-from workers.resources import zoo_dir
+from workers.resources import is_zoo_name, zoo_dir
 
 _SUPPORTED = f"{SUPPORTED_URIS}; or rlzoo:FOLDER (an rl-baselines3-zoo agent folder)"
 
@@ -125,11 +125,6 @@ def load_policy(uri: str, scenario=None, device: str | None = None) -> Policy:
     if scenario is not None:
         _check_against(policy, scenario)
     return policy
-
-
-def is_zoo_name(name: str) -> bool:
-    """Whether ``name`` can name a folder of the zoo: not empty, no path separator, not hidden."""
-    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name and not name.startswith(".")
 
 
 def resolve_zoo_uri(uri: str) -> Path:
