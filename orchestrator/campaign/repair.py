@@ -20,7 +20,9 @@
    campaign (CureFuzz by default) against each, same seed and budget.
 4. **Files** (``RUN/repair/``): ``aut_improved.d3`` (d3rlpy; a policy URI for ``deltarl
    evaluate``, ``rollout`` and campaigns), ``policy.pt`` (TorchScript), ``repair.json`` (every
-   figure, the settings, the training record), ``repair.md`` (Table 5's layout).
+   figure, the settings, the training record), ``repair.md`` (Table 5's layout). A Stable-Baselines3
+   SAC AUT (the rl-zoo Walker2d agent) is fine-tuned from ``aut_from_sb3.d3``, its d3rlpy twin
+   (:mod:`workers.policies.sb3_to_d3rlpy`, checked to act and value as the AUT does).
 
 No Ray: fine-tuning and rollouts run in this process; a ``fuzz_budget`` campaign uses the run's
 ``fuzz_workers`` Ray rollout actors (0 by default: in this process).
@@ -47,7 +49,8 @@ from orchestrator.fuzzers.oracles import make_oracle
 from orchestrator.runs.cards import EVAL_SEED, read_card
 from orchestrator.runs.layout import MODEL, SAFETY_PHASES, TORCHSCRIPT, RunFolder
 from orchestrator.runs.store import RunStore, StoreError, atomic_write_bytes
-from workers.policies import load_policy, resolve_zoo_uri
+from workers.policies import PolicyError, load_policy, resolve_zoo_uri
+from workers.policies.sb3_to_d3rlpy import save_sac_from_sb3
 from workers.repair import (
     RepairConfig,
     action_agreement,
@@ -61,6 +64,7 @@ from workers.rollout import RolloutResult, rollout
 from workers.training import TrainingError, quiet_d3rlpy
 
 EVAL_EPISODES = 100
+SB3_AUT = "aut_from_sb3.d3"  # the d3rlpy SAC converted from a Stable-Baselines3 (rl-zoo) SAC AUT, in repair/
 
 
 class RepairInputs:
@@ -88,7 +92,14 @@ class RepairInputs:
                              f"(deltarl run CAMPAIGN.yaml with an optimality: section, e.g. experiments/quickstart.yaml)")
         self.aut_uri = self.campaign.aut
         self.challenger_uri = self._challenger()
-        self.aut_weights = aut_weights_path(self.aut_uri)
+        try:
+            self.aut_weights, self.aut_sb3 = aut_weights_path(self.aut_uri), None
+        except TrainingError:
+            # a Stable-Baselines3 (rl-zoo) AUT: repair converts it to a d3rlpy SAC (aut_weights, set then)
+            self.aut_sb3 = sb3_aut_path(self.aut_uri)
+            if self.aut_sb3 is None:
+                raise
+            self.aut_weights = None
         self.d_run_dir, self.d_phases = self._dataset_source()
 
     def _challenger(self) -> str:
@@ -156,6 +167,23 @@ def aut_weights_path(aut_uri: str) -> Path:
     raise TrainingError(f"repair fine-tunes the AUT's weights, so it needs its d3rlpy model (.d3); the AUT "
                         f"{aut_uri!r} has none (give the campaign a .d3 AUT, a zoo agent, or put model.d3 "
                         f"beside its policy file)")
+
+
+def sb3_aut_path(aut_uri: str) -> Path | None:
+    """The AUT's Stable-Baselines3 model when it is one (an rl-zoo agent folder or ``.zip``, a
+    plain SB3 ``.zip``), else None. Repair converts it to a d3rlpy SAC
+    (:mod:`workers.policies.sb3_to_d3rlpy`), which refuses every SB3 model but an MlpPolicy SAC."""
+
+    if aut_uri.startswith("rlzoo:"):
+        path = _existing_path(aut_uri.split(":", 1)[1].strip())
+    else:
+        path = resolve_zoo_uri(aut_uri) if aut_uri.startswith("zoo:") else _existing_path(aut_uri)
+    if path is None:
+        return None
+    path = Path(path)
+    if (path.is_file() and path.suffix.lower() == ".zip") or (path.is_dir() and any(path.glob("*.zip"))):
+        return path
+    return None
 
 
 def superior_steps(inp: RepairInputs) -> tuple[dict, str]:
@@ -264,6 +292,14 @@ def _repair_run(run_dir: str | Path, cfg=None, *, out: str | Path | None = None,
     if rec and have and have not in rec:
         raise StoreError(f"the AUT {inp.aut_uri} changed since the bugs of {inp.run_dir} were found (sha256 "
                          f"{have[:12]} not among {sorted(r[:12] for r in rec)}); repair needs the AUT they were found in")
+    conversion = None
+    if inp.aut_sb3 is not None:  # an SB3 SAC AUT: its d3rlpy twin (checked on probes), the weights to fine-tune
+        try:
+            conversion = save_sac_from_sb3(inp.aut_sb3, out / SB3_AUT)
+        except PolicyError as e:
+            raise TrainingError(f"repair fine-tunes the AUT's weights as a d3rlpy model; the AUT {inp.aut_uri!r} is a "
+                                f"Stable-Baselines3 model that does not convert to one: {e}") from e
+        inp.aut_weights = out / SB3_AUT
     t0 = time.perf_counter()
     sup, source, d_info, dataset = _repair_dataset(inp, cfg)
     algo, aut, training, agreement = _fine_tune_aut(inp, cfg, sup, dataset, progress)
@@ -282,6 +318,7 @@ def _repair_run(run_dir: str | Path, cfg=None, *, out: str | Path | None = None,
     sc = inp.scenario
     report = {
         "run_dir": str(inp.run_dir), "scenario": sc.name, "aut": inp.aut_uri, "aut_weights": str(inp.aut_weights),
+        "aut_conversion": conversion,
         "challenger": inp.challenger_uri, "aut_improved": improved_uri,
         "algorithm": f"{type(algo).__name__} (d3rlpy {d3rlpy.__version__}) from {type(aut).__name__} weights",
         "config": dataclasses.asdict(cfg),
