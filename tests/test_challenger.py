@@ -78,6 +78,19 @@ def test_every_scenario_has_valid_presets_for_every_algorithm():
     assert challenger_config("CartPole-v1", "bcq", steps=77).steps == 77
 
 
+def test_a_preset_marked_default_false_is_used_only_when_named():
+    # mujoco-local covers the MuJoCo scenarios too and sorts before mujoco: it must never be the default
+    assert "mujoco-local" in list_presets() and "mujoco-local" not in list_presets(defaults_only=True)
+    for s in ("Hopper-v5", "Walker2d-v5", "Hopper-Noise"):
+        assert challenger_config(s, "bcq").preset.endswith("/mujoco.yaml")
+        assert challenger_config(s, "bcq").hyperparameters["n_action_samples"] == 100
+    local = challenger_config("Hopper-v5", "bcq", "mujoco-local")
+    local.validate()
+    assert local.preset.endswith("/mujoco-local.yaml") and local.hyperparameters["n_action_samples"] == 10
+    assert (local.steps, local.torch_threads) == (24000, 1)
+    assert challenger_config("Hopper-v5", "bcq", "mujoco-local", steps=5).steps == 5  # a campaign's steps win
+
+
 @pytest.mark.parametrize("algo", ALGOS)
 def test_each_algorithm_trains_on_discrete_D_and_acts_in_the_engine(cartpole_run, tmp_path, algo):
     store = RunStore.open(cartpole_run)

@@ -90,10 +90,16 @@ class ChallengerConfig:
         return scenario
 
 
-def list_presets() -> dict[str, list[str]]:
-    """Preset file stem -> the scenarios it covers."""
-    return {p.stem: list(load_yaml(p, "challenger preset", TrainingError, allow_empty=True).get("scenarios", {}))
-            for p in sorted(PRESET_DIR.glob("*.yaml"))}
+def list_presets(defaults_only: bool = False) -> dict[str, list[str]]:
+    """Preset file stem -> the scenarios it covers. ``defaults_only``: leave out the presets marked
+    ``default: false`` (variants such as ``mujoco-local``, used only when named)."""
+    out = {}
+    for p in sorted(PRESET_DIR.glob("*.yaml")):
+        data = load_yaml(p, "challenger preset", TrainingError, allow_empty=True)
+        if defaults_only and data.get("default", True) is False:
+            continue
+        out[p.stem] = list(data.get("scenarios", {}))
+    return out
 
 
 def challenger_config(scenario: str, algo: str, preset: str | os.PathLike | None = None, **overrides) -> ChallengerConfig:
@@ -103,7 +109,7 @@ def challenger_config(scenario: str, algo: str, preset: str | os.PathLike | None
     if algo not in ALGOS:
         raise TrainingError(f"unknown challenger algorithm {algo!r}; choose one of {', '.join(ALGOS)}")
     if preset is None:
-        owners = [name for name, scens in list_presets().items() if scenario in scens]
+        owners = [name for name, scens in list_presets(defaults_only=True).items() if scenario in scens]
         if not owners:
             raise TrainingError(f"no challenger preset covers {scenario}; presets: "
                                 f"{json.dumps(list_presets())}; pass --preset FILE with your own settings")
