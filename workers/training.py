@@ -13,7 +13,9 @@ optimizer state and config), ``buffer.h5`` (the replay buffer) and ``state.json`
 returns, metrics), written into a temporary folder and renamed, so a checkpoint is whole or
 absent. At the end ``final.d3`` is the last policy and ``model.d3`` the best one by evaluation
 (what the zoo ships). ``resume=True`` continues from the newest checkpoint (the episode in progress at the
-checkpoint is dropped: a resumed run starts a fresh episode).
+checkpoint is dropped: a resumed run starts a fresh episode). ``shared_agents: K`` trains one per-agent
+policy for the K agents of a scenario (:mod:`workers.shared_agents`): the same loop, with one transition
+per agent per step, and ``policy.pt`` (:func:`export_aut_policy`) the joint policy for the scenario.
 
 d3rlpy's own ``fit_online`` is not used: it would write ``d3rlpy_logs/`` into the working
 directory and cannot resume. Metrics go to the ``report`` callback (and from the Ray Train job
@@ -33,6 +35,7 @@ from typing import Callable
 
 import numpy as np
 
+from workers.shared_agents import AgentSplit, agent_split, shared_actions
 from workers.yamlfile import load_yaml
 
 ALGOS = ("ddqn", "sac")
@@ -74,6 +77,12 @@ class AutTrainConfig:
     select: dict | None = None
     # the agent's name in the zoo (its folder); None: SCENARIO-ALGO
     name: str | None = None
+    # one policy shared by K agents (parameter sharing, workers/shared_agents.py): the scenario's
+    # observation and action are K equal per-agent slices (CoopNavi: 42 = 3 x 14, 6 = 3 x 2); the
+    # d3rlpy algorithm (model.d3) is built for one slice, every env step stores one transition per
+    # agent (its slices, the shared reward), and policy.pt applies the greedy actor to each slice and
+    # concatenates the actions. None: one policy for the whole observation
+    shared_agents: int | None = None
     device: str | None = None  # None: cuda when available
 
     @classmethod
@@ -114,7 +123,21 @@ class AutTrainConfig:
                 raise TrainingError(f"select: return is a number and success a rate in [0, 1], got {self.select!r}")
         if self.name is not None and not is_zoo_name(self.name):
             raise TrainingError(f"name {self.name!r} is not a folder name for the zoo (e.g. CartPole-v1-ddqn-paper)")
+        self.agent_split(scenario)
         return scenario
+
+    def agent_split(self, scenario) -> AgentSplit | None:
+        """How ``shared_agents`` splits ``scenario`` (None: one policy for the whole observation)."""
+        k = self.shared_agents
+        if k is None:
+            return None
+        if not isinstance(k, int) or isinstance(k, bool) or k < 2:
+            raise TrainingError(f"shared_agents must be a whole number >= 2 (how many agents share one policy, e.g. 3 "
+                                f"for CoopNavi), got {k!r}; remove it to train one policy for the whole observation")
+        try:
+            return agent_split(scenario, k)
+        except ValueError as exc:
+            raise TrainingError(str(exc)) from None
 
     @property
     def agent_name(self) -> str:
@@ -164,9 +187,9 @@ class _AlgoPolicy:
     """The greedy policy of a d3rlpy algorithm, for the batched engine: d3rlpy's TorchScript graph of
     it (what ``save_policy`` exports, traced in memory) where it traces, else ``algo.predict``."""
 
-    def __init__(self, algo, discrete: bool):
-        self.algo, self.discrete = algo, discrete
-        self.graph = traced_greedy(algo)
+    def __init__(self, algo, discrete: bool, split: AgentSplit | None = None):
+        self.algo, self.discrete, self.split = algo, discrete, split
+        self.graph = traced_greedy(algo, split)
 
     def act(self, obs):
         x = np.asarray(obs, dtype=np.float32)
@@ -175,15 +198,19 @@ class _AlgoPolicy:
 
             with torch.inference_mode():
                 a = self.graph(torch.from_numpy(x)).numpy()
+        elif self.split is not None:
+            a = shared_actions(self.algo.predict, self.split)(x)
         else:
             a = self.algo.predict(x)
         return a.astype(np.int64) if self.discrete else a.astype(np.float32)
 
 
-def traced_greedy(algo):
+def traced_greedy(algo, split: AgentSplit | None = None):
     """The graph ``algo.save_policy("policy.pt")`` would write (observation scaler, greedy action,
     action scaler), traced in memory from the current weights; None where d3rlpy's policy does not
-    trace or the observation is a tuple. On this CPU a call of it costs a third of ``algo.predict``
+    trace or the observation is a tuple. With ``split`` (a per-agent algorithm of ``shared_agents``)
+    the graph takes the joint observation and applies the per-agent greedy policy to every agent's
+    slice (:func:`workers.shared_agents.shared_actions`). On this CPU a call of it costs a third of ``algo.predict``
     for the quick start's BCQ (170 vs 600 us: torch's per-operation cost outside the graph executor
     dominates small networks), which is most of a per-epoch evaluation. Tracing needs the weights
     out of autograd for a moment (as ``save_policy`` does) and runs on a zero input, not a random one."""
@@ -208,10 +235,13 @@ def traced_greedy(algo):
     flags = [(p, p.requires_grad) for m in modules if isinstance(m, torch.nn.Module) for p in m.parameters()]
     for p, _ in flags:  # a traced constant cannot require grad; each flag is put back as it was
         p.requires_grad_(False)
+    fn, example = greedy, torch.zeros(1, *shape)
+    if split is not None:
+        fn, example = shared_actions(greedy, split), torch.zeros(1, split.agents * split.obs_dim)
     try:
         with warnings.catch_warnings():  # the tracer's notes
             warnings.simplefilter("ignore")
-            return torch.jit.trace(greedy, torch.zeros(1, *shape), check_trace=False)
+            return torch.jit.trace(fn, example, check_trace=False)
     except Exception:  # noqa: BLE001 - not every algorithm's action selection traces: predict then
         return None
     finally:
@@ -219,17 +249,18 @@ def traced_greedy(algo):
             p.requires_grad_(flag)
 
 
-def evaluate_algo(algo, scenario, episodes: int, seed: int) -> dict:
+def evaluate_algo(algo, scenario, episodes: int, seed: int, split: AgentSplit | None = None) -> dict:
     """Greedy returns over ``episodes`` starts from the reset distribution (batched engine). Torch's
     random stream is left as it was (a stochastic action selection, e.g. continuous BCQ's, draws
-    from it), so watching a training does not change the training."""
+    from it), so watching a training does not change the training. ``split``: ``algo`` is the
+    per-agent policy of ``shared_agents``, acting for every agent."""
     import torch
 
     from workers.rollout import rollout
 
     states = scenario.sample(np.random.default_rng(seed), episodes)
     with torch.random.fork_rng(devices=[]):
-        res = rollout(scenario, _AlgoPolicy(algo, scenario.action.discrete), states, seed=seed)
+        res = rollout(scenario, _AlgoPolicy(algo, scenario.action.discrete, split), states, seed=seed)
     s = res.summary()
     return {"eval_return": s["mean_return"], "eval_return_std": s["std_return"], "eval_failure_rate": s["failure_rate"]}
 
@@ -275,6 +306,10 @@ def load_checkpoint(out: Path, cfg, resume: bool, device: str, what: str = "run"
     if state["config"]["scenario"] != cfg.scenario or state["config"]["algo"] != cfg.algo:
         raise TrainingError(f"{out} holds a {state['config']['scenario']} {state['config']['algo']} {what}; "
                             f"resume it with the same scenario and algorithm or choose another --out")
+    was, now = state["config"].get("shared_agents"), getattr(cfg, "shared_agents", None)
+    if was != now:
+        raise TrainingError(f"{out} holds a {what} with shared_agents {was}, this config has {now}: the networks' "
+                            f"input sizes differ; resume it with shared_agents: {was} or choose another --out")
     algo = d3rlpy.load_learnable(str(ckpt / "model.d3"), device=device)
     algo._grad_step = int(state["grad_steps"])  # d3rlpy does not save it; target updates depend on it
     return state, algo, ckpt
@@ -299,7 +334,8 @@ def train_aut(
     out.mkdir(parents=True, exist_ok=True)
     device = cfg.device or ("cuda:0" if torch.cuda.is_available() else "cpu:0")
     env = scenario.reference_env()
-    state, algo, buffer, min_fill = _start_or_resume(cfg, out, env, resume, device)
+    split = cfg.agent_split(scenario)  # None: one policy for the whole observation
+    state, algo, buffer, min_fill = _start_or_resume(cfg, out, env, resume, device, split)
 
     d3rlpy.seed(cfg.seed + state["epoch"])
     rng = np.random.default_rng([cfg.seed, state["epoch"]])
@@ -311,17 +347,26 @@ def train_aut(
 
     obs, _ = env.reset(seed=int(rng.integers(2**31)))
     ep_return, recent_returns, losses = 0.0, [], {}
+    joint = ([], [], [])  # shared_agents: the episode's joint observations, actions, rewards until it ends
     step = state["step"]
     bar = tqdm(total=cfg.steps, initial=step, unit="step", desc=f"{cfg.algo} {cfg.scenario}", disable=not progress)
     t_epoch = time.perf_counter()
     while step < cfg.steps:
         step += 1
-        action = _act(cfg, env, algo, explorer, obs, step, state["epoch"])
+        action = _act(cfg, env, algo, explorer, obs, step, state["epoch"], split)
         next_obs, reward, terminated, truncated, _ = env.step(action)
-        buffer.append(obs, action, float(reward))
+        if split is None:
+            buffer.append(obs, action, float(reward))
+        else:
+            for seq, v in zip(joint, (obs, action, float(reward))):
+                seq.append(v)
         ep_return += float(reward)
         if terminated or truncated:
-            buffer.clip_episode(bool(terminated) and cfg.episode_end == "env")
+            if split is None:
+                buffer.clip_episode(bool(terminated) and cfg.episode_end == "env")
+            else:
+                _append_agent_episodes(buffer, split, joint, next_obs, bool(terminated) and cfg.episode_end == "env")
+                joint = ([], [], [])
             recent_returns.append(ep_return)
             state["episodes"] += 1
             ep_return = 0.0
@@ -346,30 +391,45 @@ def train_aut(
     return state
 
 
-def _start_or_resume(cfg: AutTrainConfig, out: Path, env, resume: bool, device: str):
+def _start_or_resume(cfg: AutTrainConfig, out: Path, env, resume: bool, device: str, split: AgentSplit | None = None):
     """(state, algo, replay buffer, min_fill) of a fresh run or of the newest checkpoint.
-    ``min_fill``: transitions the buffer must hold before updates (more when refilled on resume)."""
+    ``min_fill``: transitions the buffer must hold before updates (more when refilled on resume).
+    With ``split`` the algorithm and the buffer are one agent's (its slice of the spaces)."""
     import d3rlpy
 
     state, algo, ckpt = load_checkpoint(out, cfg, resume, device, "training run")
+    spaces = env if split is None else split.spaces()
     min_fill = 0
     if ckpt is not None:
         if (ckpt / "buffer.h5").is_file():
             with open(ckpt / "buffer.h5", "rb") as f:
                 buffer = d3rlpy.dataset.ReplayBuffer.load(f, d3rlpy.dataset.FIFOBuffer(cfg.buffer_size))
         else:  # a checkpoint shipped without its buffer (e.g. committed): refill it with the policy
-            buffer = d3rlpy.dataset.create_fifo_replay_buffer(limit=cfg.buffer_size, env=env)
+            buffer = d3rlpy.dataset.create_fifo_replay_buffer(limit=cfg.buffer_size, env=spaces)
             min_fill = max(cfg.warmup_steps, algo.batch_size)
     else:
         state = {"config": asdict(cfg), "step": 0, "epoch": 0, "grad_steps": 0, "episodes": 0,
                  "wall_seconds": 0.0, "history": []}
         d3rlpy.seed(cfg.seed)  # the networks' initial weights come from torch's global generator
         algo = make_algo(cfg, device)
-        algo.build_with_env(env)
+        algo.build_with_env(spaces)
         if cfg.init_from:
             _load_weights(algo, cfg.init_from, device)
-        buffer = d3rlpy.dataset.create_fifo_replay_buffer(limit=cfg.buffer_size, env=env)
+        buffer = d3rlpy.dataset.create_fifo_replay_buffer(limit=cfg.buffer_size, env=spaces)
     return state, algo, buffer, min_fill
+
+
+def _append_agent_episodes(buffer, split: AgentSplit, joint: tuple, last_obs, terminal: bool) -> None:
+    """A finished joint episode into the buffer as one episode per agent (``shared_agents``): agent
+    i's slices of the observations and actions, the shared rewards. A terminal episode ends in a
+    transition with no future; otherwise the final observation is stored too, so that every step,
+    the last one included, is a transition that bootstraps from the next observation."""
+    observations, actions, rewards = joint
+    if not actions:
+        return
+    obs = np.stack(observations if terminal else [*observations, last_obs])
+    for episode in split.episodes(obs, np.stack(actions), np.asarray(rewards), terminal):
+        buffer.append_episode(episode)
 
 
 def _load_weights(algo, path: str, device: str) -> None:
@@ -393,14 +453,17 @@ def _load_weights(algo, path: str, device: str) -> None:
         raise TrainingError(f"init_from: {path} does not fit this run's networks ({str(exc).splitlines()[0]})") from exc
 
 
-def _act(cfg: AutTrainConfig, env, algo, explorer, obs, step: int, epoch: int):
+def _act(cfg: AutTrainConfig, env, algo, explorer, obs, step: int, epoch: int, split: AgentSplit | None = None):
     """Uniformly random during the first run's warm-up (the loaded policy's actions with
-    ``init_from``), then the explorer (ddqn) or the stochastic policy (sac)."""
+    ``init_from``), then the explorer (ddqn) or the stochastic policy (sac); with ``split``, the
+    per-agent policy samples every agent's action in one call."""
     x = obs[None].astype(np.float32)
     if step <= cfg.warmup_steps and epoch == 0 and not cfg.init_from:
         return env.action_space.sample()
     if explorer is not None:
         return explorer.sample(algo, x, step)[0]
+    if split is not None:
+        return shared_actions(algo.sample_action, split)(x)[0]
     return algo.sample_action(x)[0]
 
 
@@ -426,7 +489,7 @@ def _end_epoch(cfg: AutTrainConfig, out: Path, scenario, algo, buffer, state: di
         "episodes": state["episodes"],
         "steps_per_second": (step - state["history"][-1]["step"] if state["history"] else step) / max(dt, 1e-9),
         **{k: float(np.mean(v)) for k, v in losses.items()},
-        **evaluate_algo(algo, scenario, cfg.eval_episodes, seed=10_000 + cfg.seed),
+        **evaluate_algo(algo, scenario, cfg.eval_episodes, seed=10_000 + cfg.seed, split=cfg.agent_split(scenario)),
     }
     state["history"].append(metrics)
     best = state.get("best")
@@ -447,6 +510,55 @@ def _end_epoch(cfg: AutTrainConfig, out: Path, scenario, algo, buffer, state: di
         algo.save(str(tmp))
         os.replace(tmp, out / "best.d3")
     return metrics, _write_checkpoint(out, state["epoch"], algo, buffer, state)
+
+
+def export_aut_policy(algo, cfg: AutTrainConfig, path: str | os.PathLike) -> dict | None:
+    """Write the deployable TorchScript policy of a trained AUT (``policy.pt``): d3rlpy's
+    ``save_policy`` graph, or with ``shared_agents`` the joint graph that applies the per-agent
+    greedy actor to each agent's slice and concatenates the actions (the scenario's observation
+    and action sizes declared in its ``deltarl.json`` extra file). Returns None for a plain agent,
+    else what the card should say about the shared policy."""
+    scenario = cfg.validate()
+    split = cfg.agent_split(scenario)
+    if split is None:
+        algo.save_policy(str(path))
+        return None
+    import warnings
+
+    import torch
+
+    from workers.policies.base import _META_NAME
+
+    spec = scenario.action
+    meta = {"kind": "continuous", "obs_dim": int(scenario.obs_dim), "shape": [int(d) for d in spec.shape],
+            "low": None if spec.low is None else np.asarray(spec.low, dtype=float).ravel().tolist(),
+            "high": None if spec.high is None else np.asarray(spec.high, dtype=float).ravel().tolist()}
+    # the graph's constants are the weights themselves: they must be out of autograd while it is
+    # traced and saved (TorchScript cannot load a constant that requires grad), as in save_policy
+    impl = algo.impl
+    params = [p for f in dataclasses.fields(impl.modules) for m in [getattr(impl.modules, f.name)]
+              if isinstance(m, torch.nn.Module) for p in m.parameters()]
+    flags = [p.requires_grad for p in params]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        graph = traced_greedy(algo, split)
+        if graph is None:
+            raise TrainingError(f"{type(algo).__name__}'s greedy policy does not trace to TorchScript: shared_agents "
+                                f"needs one (train it with algo sac)")
+        with warnings.catch_warnings():  # torch.jit.save's deprecation note
+            warnings.simplefilter("ignore")
+            torch.jit.save(graph, str(path), _extra_files={_META_NAME: json.dumps(meta)})
+    finally:
+        for p, flag in zip(params, flags):
+            p.requires_grad_(flag)
+    return {
+        "agents": split.agents, "observation_per_agent": split.obs_dim, "action_per_agent": split.act_dim,
+        "note": (f"parameter sharing: model.d3 is the per-agent {type(algo).__name__} ({split.obs_dim} -> "
+                 f"{split.act_dim}, agent i's slice of the observation); policy.pt applies its greedy actor to each "
+                 f"of the {split.agents} agents' slices and concatenates the actions "
+                 f"({split.agents * split.obs_dim} -> {split.agents * split.act_dim}): deploy and test policy.pt"),
+    }
 
 
 def _finish(out: Path, algo, state: dict) -> None:

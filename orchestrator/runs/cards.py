@@ -117,14 +117,17 @@ def aut_card(out: Path, cfg, state: dict, scenario, *, eval_episodes: int = 100,
     exported policy over ``eval_episodes``."""
     import d3rlpy
 
+    from workers.training import export_aut_policy
+
     out = Path(out)
     algo = d3rlpy.load_learnable(str(out / MODEL), device="cpu:0")
-    algo.save_policy(str(out / TORCHSCRIPT))
+    shared = export_aut_policy(algo, cfg, out / TORCHSCRIPT)  # None, or what the shared per-agent policy is
     ev = evaluate_policy(scenario, str(out / TORCHSCRIPT), eval_episodes, seed=EVAL_SEED, device="cpu")
     card = {
         "agent": cfg.agent_name,
         "scenario": cfg.scenario,
-        "algorithm": AUT_ALGORITHMS[cfg.algo] + " (d3rlpy " + d3rlpy.__version__ + ")",
+        "algorithm": AUT_ALGORITHMS[cfg.algo] + (f", one policy shared by {shared['agents']} agents" if shared else "")
+        + " (d3rlpy " + d3rlpy.__version__ + ")",
         "config": dataclasses.asdict(cfg),
         "steps": state["step"],
         "selected": state.get("best"),  # model.d3: the best epoch by the training-time evaluation, or the one
@@ -135,4 +138,6 @@ def aut_card(out: Path, cfg, state: dict, scenario, *, eval_episodes: int = 100,
         "evaluation": ev,
         "files": file_hashes(out, (MODEL, TORCHSCRIPT)),
     }
+    if shared:
+        card["shared_agents"] = shared
     return write_card(out, card)
