@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
 
 # Table 5 of the Delta paper: mean reward AUT, AUT-Improved; safety failures of the AUT on the known
 # failure states, of AUT-Improved (reduction); CureFuzz re-evaluation of AUT-Improved (all ± 95% CI)
@@ -67,18 +68,9 @@ def repair(run: Path) -> dict:
     return json.loads(done.read_text())
 
 
-def mean_ci(xs: list[float]) -> tuple[float, float]:
-    from scipy import stats
-
-    n = len(xs)
-    m = sum(xs) / n
-    if n < 2:
-        return m, float("nan")
-    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1))
-    return m, float(stats.t.ppf(0.975, n - 1) * sd / math.sqrt(n))
-
-
 def fmt(xs: list[float], digits: int = 1) -> str:
+    from orchestrator.analysis.stats import mean_ci
+
     m, h = mean_ci(xs)
     return f"{m:.{digits}f} ± {h:.{digits}f}" if math.isfinite(h) else f"{m:.{digits}f}"
 
