@@ -37,8 +37,9 @@ PAPER = {
 }
 
 
-def delta_runs(grid_dir: Path, scenarios: list[str]) -> list[tuple[str, int, Path]]:
-    """(scenario, seed, run folder) of every finished full-Delta run (no ablation) of the grid."""
+def delta_runs(grid_dir: Path, scenarios: list[str], challenger: str | None = None) -> list[tuple[str, int, Path]]:
+    """(scenario, seed, run folder) of every finished full-Delta run (no ablation) of the grid;
+    ``challenger``: only the runs whose (first) challenger algorithm is that one."""
     out = []
     for d in sorted(grid_dir.iterdir()):
         c, s = d / "campaign.json", d / "optimality_summary.json"
@@ -49,6 +50,8 @@ def delta_runs(grid_dir: Path, scenarios: list[str]) -> list[tuple[str, int, Pat
         if opt.get("fuzzer") != "delta" or (opt.get("params") or {}).get("without"):
             continue
         if scenarios and cfg["scenario"] not in scenarios:
+            continue
+        if challenger and ((cfg.get("challenger") or {}).get("algos") or [None])[0] != challenger:
             continue
         out.append((cfg["scenario"], int(cfg["seed"]), d))
     return out
@@ -108,12 +111,19 @@ def main(argv=None) -> int:
     ap.add_argument("grid_dir", type=Path)
     ap.add_argument("--scenario", action="append", default=[])
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--challenger", default=None, help="only the Delta runs with this challenger algorithm (a grid "
+                    "with several, e.g. experiments/delta/mujoco.yaml: bc in its local profile)")
     ap.add_argument("--no-run", action="store_true", help="only tabulate the repairs already in --out")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     rows: dict[str, list[dict]] = {}
     if not args.no_run:
-        for scen, seed, run in delta_runs(args.grid_dir, args.scenario):
+        runs = delta_runs(args.grid_dir, args.scenario, args.challenger)
+        seen = [(scen, seed) for scen, seed, _ in runs]
+        if len(seen) != len(set(seen)):
+            ap.error("several full-Delta runs share a scenario and seed (Delta with several challengers): "
+                     "choose one with --challenger bc|bcq|cql")
+        for scen, seed, run in runs:
             repair(run)
             shutil.copyfile(run / "repair" / "repair.json", args.out / f"{scen}-s{seed}.json")
     for f in sorted(args.out.glob("*-s[0-9]*.json")):
