@@ -278,3 +278,30 @@ def test_repair_help_names_the_method():
     text = sub.choices["repair"].format_help()
     for word in ("D_superior", "CQL", "--data", "--fuzz-budget", "aut_improved.d3", "Table 5"):
         assert word in text
+
+
+def test_repair_reruns_verdicts_as_the_phase_that_found_them_acted(monkeypatch):
+    # a MuJoCo campaign acts alone (inference: auto): repair's re-runs of its bug and failure states must
+    # too, or last-bit differences of batched inference flip some verdicts (seen: 471 of 473 on Hopper)
+    import orchestrator.campaign.repair as rep
+    from envs import get_scenario
+
+    hopper, cartpole = get_scenario("Hopper-v5"), get_scenario("CartPole-v1")
+    spec = type("Spec", (), {"inference": "auto"})()
+    assert rep.inference_alone(spec, hopper) and not rep.inference_alone(spec, cartpole)
+    assert rep.inference_alone(type("Spec", (), {"inference": "alone"})(), cartpole)
+    seen = []
+    real = rep.rollout
+
+    def spy(*a, **k):
+        seen.append(k.get("alone"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(rep, "rollout", spy)
+    from workers.policies import load_policy
+
+    states = cartpole.sample(np.random.default_rng(0), 3)
+    pol = {"aut": load_policy("random:0", cartpole)}
+    rep.evaluate_on_states(cartpole, pol, states, alone=True)
+    rep.evaluate_on_states(cartpole, pol, states)
+    assert seen == [True, False]

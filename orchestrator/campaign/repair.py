@@ -205,7 +205,8 @@ def superior_steps(inp: RepairInputs) -> tuple[dict, str]:
                     seed=int(row.gen_seed), state_offset=int(row.state_index))
             for i, row in enumerate(inp.bugs.itertuples())])
     else:
-        res = rollout(inp.scenario, {"challenger": policy}, states)
+        res = rollout(inp.scenario, {"challenger": policy}, states,
+                      alone=inference_alone(inp.campaign.optimality, inp.scenario))
     return rollout_steps(res), "re-run"
 
 
@@ -221,11 +222,20 @@ def _role_stats(res, role: str, n: int, repeats: int) -> dict:
             "failing_states": int(fails.sum()), "episodes": int(r.n_episodes), "_returns": per_state}
 
 
-def evaluate_on_states(scenario, policies: dict, states: np.ndarray, repeats: int = 1) -> dict:
-    """Every policy from every state (``repeats`` times, common random numbers): per role mean
-    return ± 95% CI, failures (episodes and states) and the (states, repeats) return matrix."""
+def inference_alone(spec, scenario) -> bool:
+    """Whether the phase of ``spec`` acted alone (its ``inference``; auto: the scenario's choice)."""
+    from orchestrator.campaign.generations import inference_alone as phase_alone
 
-    res = rollout(scenario, policies, states, repeats=repeats, seed=EVAL_SEED)
+    return phase_alone(spec, scenario)
+
+
+def evaluate_on_states(scenario, policies: dict, states: np.ndarray, repeats: int = 1, alone: bool = False) -> dict:
+    """Every policy from every state (``repeats`` times, common random numbers): per role mean
+    return ± 95% CI, failures (episodes and states) and the (states, repeats) return matrix.
+    ``alone``: every observation acted on as if alone, as the phase that found the states did
+    (its ``inference``), so a verdict found acting alone is re-run acting alone."""
+
+    res = rollout(scenario, policies, states, repeats=repeats, seed=EVAL_SEED, alone=alone)
     return {role: _role_stats(res, role, len(states), repeats) for role in policies}
 
 
@@ -367,7 +377,8 @@ def _fine_tune_aut(inp: RepairInputs, cfg, sup: dict, dataset, progress: bool):
 def _bug_state_evaluation(inp: RepairInputs, pols: dict) -> dict:
     """3a. Returns and remaining bugs on the bug states (the run's oracle against the challenger)."""
     oracle = inp.oracle()
-    on_bugs = evaluate_on_states(inp.scenario, pols, inp.bug_states, repeats=oracle.repeats)
+    on_bugs = evaluate_on_states(inp.scenario, pols, inp.bug_states, repeats=oracle.repeats,
+                                 alone=inference_alone(inp.campaign.optimality, inp.scenario))
     still_aut, _ = oracle.judge(on_bugs["aut"]["_returns"], on_bugs["challenger"]["_returns"])
     still_imp, _ = oracle.judge(on_bugs["aut_improved"]["_returns"], on_bugs["challenger"]["_returns"])
     imp, aut = on_bugs["aut_improved"]["_returns"].mean(1), on_bugs["aut"]["_returns"].mean(1)
@@ -387,7 +398,7 @@ def _failure_state_evaluation(inp: RepairInputs, pols: dict) -> dict | None:
     if len(feps):
         fstates = np.unique(np.stack(feps["initial_state"].to_numpy()).astype(np.float64), axis=0)
         on_f = evaluate_on_states(inp.scenario, {k: pols[k] for k in ("aut", "aut_improved")}, fstates,
-                                  repeats=inp.oracle().repeats)
+                                  repeats=inp.oracle().repeats, alone=inference_alone(inp.campaign.safety, inp.scenario))
         out.update(states=int(len(fstates)), **{role: _public(v) for role, v in on_f.items()},
                    failure_reduction=_reduction(on_f["aut"]["failures"], on_f["aut_improved"]["failures"]))
     return out
