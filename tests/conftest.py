@@ -12,6 +12,20 @@ os.environ.setdefault("DELTARL_DASHBOARD", "0")  # `deltarl run` starts the dash
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
+@pytest.fixture
+def one_torch_thread():
+    """Torch on one thread for the test, the count put back after: tests whose references were made
+    with one thread (chaotic dynamics amplify float differences between thread counts) or whose
+    tiny networks only wait on threads of a busy machine. Use: ``pytestmark =
+    pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """A real local Ray cluster (``ray.init(address="local")``), started once per session."""

@@ -16,12 +16,7 @@ from orchestrator.fuzzers.gmt import DDPM, GMT, AdamW, NoiseMLP, make_betas
 FAST = dict(diffusion_steps=20, warmup_steps=30, train_steps=5, retrain_every=16, sample_batch=16)
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(prev)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 def synthetic_feedback(scenario, states, fail_dim=0):

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import yaml
 
 from envs import get_scenario
@@ -36,13 +35,7 @@ SEED = 2024
 BANNER = "Gym has been unmaintained"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Chaotic dynamics amplify float differences between thread counts; the references used one."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 def _returns(uri: str, scenario: str, episodes: int):

@@ -26,12 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 WALKER = REPO / "experiments" / "zoo" / "Walker2d-v5-rlzoo"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # conftest.py
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ to MLflow).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -231,19 +232,31 @@ def traced_greedy(algo, split: AgentSplit | None = None):
             a = cfg.action_scaler.reverse_transform(a)
         return a
 
-    modules = [getattr(impl.modules, f.name) for f in dataclasses.fields(impl.modules)]
-    flags = [(p, p.requires_grad) for m in modules if isinstance(m, torch.nn.Module) for p in m.parameters()]
-    for p, _ in flags:  # a traced constant cannot require grad; each flag is put back as it was
-        p.requires_grad_(False)
     fn, example = greedy, torch.zeros(1, *shape)
     if split is not None:
         fn, example = shared_actions(greedy, split), torch.zeros(1, split.agents * split.obs_dim)
     try:
-        with warnings.catch_warnings():  # the tracer's notes
+        with _out_of_autograd(algo), warnings.catch_warnings():  # the tracer's notes
             warnings.simplefilter("ignore")
             return torch.jit.trace(fn, example, check_trace=False)
     except Exception:  # noqa: BLE001 - not every algorithm's action selection traces: predict then
         return None
+
+
+@contextlib.contextmanager
+def _out_of_autograd(algo):
+    """The algorithm's weights with ``requires_grad`` off for the block (a traced or saved
+    TorchScript constant cannot require grad, as in d3rlpy's ``save_policy``); each flag is put
+    back as it was."""
+    import torch
+
+    impl = algo.impl
+    modules = [getattr(impl.modules, f.name) for f in dataclasses.fields(impl.modules)]
+    flags = [(p, p.requires_grad) for m in modules if isinstance(m, torch.nn.Module) for p in m.parameters()]
+    for p, _ in flags:
+        p.requires_grad_(False)
+    try:
+        yield
     finally:
         for p, flag in flags:
             p.requires_grad_(flag)
@@ -535,13 +548,7 @@ def export_aut_policy(algo, cfg: AutTrainConfig, path: str | os.PathLike) -> dic
             "high": None if spec.high is None else np.asarray(spec.high, dtype=float).ravel().tolist()}
     # the graph's constants are the weights themselves: they must be out of autograd while it is
     # traced and saved (TorchScript cannot load a constant that requires grad), as in save_policy
-    impl = algo.impl
-    params = [p for f in dataclasses.fields(impl.modules) for m in [getattr(impl.modules, f.name)]
-              if isinstance(m, torch.nn.Module) for p in m.parameters()]
-    flags = [p.requires_grad for p in params]
-    for p in params:
-        p.requires_grad_(False)
-    try:
+    with _out_of_autograd(algo):
         graph = traced_greedy(algo, split)
         if graph is None:
             raise TrainingError(f"{type(algo).__name__}'s greedy policy does not trace to TorchScript: shared_agents "
@@ -549,9 +556,6 @@ def export_aut_policy(algo, cfg: AutTrainConfig, path: str | os.PathLike) -> dic
         with warnings.catch_warnings():  # torch.jit.save's deprecation note
             warnings.simplefilter("ignore")
             torch.jit.save(graph, str(path), _extra_files={_META_NAME: json.dumps(meta)})
-    finally:
-        for p, flag in zip(params, flags):
-            p.requires_grad_(flag)
     return {
         "agents": split.agents, "observation_per_agent": split.obs_dim, "action_per_agent": split.act_dim,
         "note": (f"parameter sharing: model.d3 is the per-agent {type(algo).__name__} ({split.obs_dim} -> "

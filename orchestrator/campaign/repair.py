@@ -44,6 +44,7 @@ import pandas as pd
 from orchestrator.analysis.evaluation import evaluate_policy
 from orchestrator.analysis.stats import mean_ci
 from orchestrator.campaign.config import Budget, SafetySpec, campaign_of_run
+from orchestrator.campaign.generations import inference_alone
 from orchestrator.campaign.safety import run_safety
 from orchestrator.fuzzers.oracles import make_oracle
 from orchestrator.runs.cards import EVAL_SEED, read_card
@@ -220,13 +221,6 @@ def _role_stats(res, role: str, n: int, repeats: int) -> dict:
     np.logical_or.at(fails, r.state_index, r.failure)
     return {"mean_return": mean, "ci95_margin": margin, "failures": int(r.failure.sum()),
             "failing_states": int(fails.sum()), "episodes": int(r.n_episodes), "_returns": per_state}
-
-
-def inference_alone(spec, scenario) -> bool:
-    """Whether the phase of ``spec`` acted alone (its ``inference``; auto: the scenario's choice)."""
-    from orchestrator.campaign.generations import inference_alone as phase_alone
-
-    return phase_alone(spec, scenario)
 
 
 def evaluate_on_states(scenario, policies: dict, states: np.ndarray, repeats: int = 1, alone: bool = False) -> dict:
