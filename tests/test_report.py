@@ -348,3 +348,18 @@ llm: {{base_url: "{srv.base_url}", model: stub-model, requests_per_minute: 6000,
         return text[start:text.index("\n### ", start + 1)]
 
     assert table2(again) == table2(md)  # from the saved report_data/ alone
+
+
+def test_find_runs_skips_mlflows_artifact_store(tmp_path):
+    # an interrupted grid has no results.parquet, so its report searches the folder; MLflow's copies of
+    # summaries in mlartifacts/<run>/artifacts/ must not count as campaigns (seen: 22 "campaigns" for 8)
+    from orchestrator.analysis.run_reader import find_runs
+    from orchestrator.runs.layout import MLFLOW_ARTIFACTS
+
+    run = tmp_path / "grid-000"
+    run.mkdir()
+    (run / "summary.json").write_text("{}")
+    copy = tmp_path / MLFLOW_ARTIFACTS / "0123abcd" / "artifacts"
+    copy.mkdir(parents=True)
+    (copy / "summary.json").write_text("{}")
+    assert find_runs(tmp_path) == [run]

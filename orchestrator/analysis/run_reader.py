@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from envs import get_scenario
-from orchestrator.runs.layout import SAFETY_PHASES, RunFolder
+from orchestrator.runs.layout import MLFLOW_ARTIFACTS, SAFETY_PHASES, RunFolder
 from orchestrator.runs.store import RunStore, StoreError
 
 
@@ -122,13 +122,15 @@ def method_label(opt: dict) -> str:
 
 
 def find_runs(root: Path, depth: int = 3) -> list[Path]:
-    """Run folders at or below ``root`` (a run folder's own subfolders are not searched)."""
+    """Run folders at or below ``root`` (a run folder's own subfolders are not searched, nor MLflow's
+    artifact store, whose copies of summaries and cards are not run folders)."""
     if is_run(root):
         return [root]
     if depth == 0:
         return []
     out = []
-    for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+    for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))
+                      and p.name != MLFLOW_ARTIFACTS):
         out += find_runs(sub, depth - 1)
     return out
 

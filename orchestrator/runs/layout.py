@@ -19,6 +19,7 @@ A run folder is what ``deltarl run`` (or ``rollout``, ``repair``) leaves behind:
     repair/                     repair.json and AUT-Improved (deltarl repair)
     llm/                        LLMTester's prompts and replies (Parquet)
     mlflow.db                   MLflow's SQLite store (unless MLFLOW_TRACKING_URI is set)
+    mlartifacts/                MLflow's artifact store beside it (copies of summaries and cards: not run folders)
     .deltarl.lock               held (fcntl.flock) by the one process writing the folder; gone after
 
 Nothing else in deltarl spells these names: code asks a :class:`RunFolder` for a path or for
@@ -430,6 +431,7 @@ def _holder(fd: int) -> str:
 
 
 # the files of a trained model folder (a zoo agent, a challenger)
+MLFLOW_ARTIFACTS = "mlartifacts"  # MLflow's artifact store beside mlflow.db, in a run or grid folder
 MODEL = "model.d3"
 TORCHSCRIPT = "policy.pt"
 CARD = "card.json"

@@ -144,7 +144,9 @@ def ensure_experiment(run_dir: str | os.PathLike, experiment: str, uri: str | No
     exp = client.get_experiment_by_name(experiment)
     if exp is not None:
         return exp.experiment_id
-    artifacts = (Path(run_dir).resolve() / "mlartifacts").as_uri() if uri.startswith("sqlite:") else None
+    from orchestrator.runs.layout import MLFLOW_ARTIFACTS
+
+    artifacts = (Path(run_dir).resolve() / MLFLOW_ARTIFACTS).as_uri() if uri.startswith("sqlite:") else None
     try:
         # MLflow 3 opens an experiment in its GenAI view unless told it holds model-training runs
         return client.create_experiment(experiment, artifact_location=artifacts,
