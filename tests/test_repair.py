@@ -91,6 +91,47 @@ def test_continuous_cql_starts_from_the_sac_weights():
     assert float(next(cql.impl._modules.log_temp.parameters()).exp().item()) == pytest.approx(0.3)
 
 
+def test_continuous_repair_learning_rates_reach_cql():
+    """A SAC AUT's defaults (actor lr 1e-7, the temperature kept, 1,000 steps) and explicit
+    --actor-lr / --temp-lr reach d3rlpy's CQL: the kept temperature does not move through updates,
+    a positive rate moves it; a negative rate is refused."""
+    import d3rlpy
+
+    from workers.repair import RepairConfig, cql_from_aut, fine_tune, steps_to_dataset
+    from workers.training import TrainingError, quiet_d3rlpy
+
+    quiet_d3rlpy()
+    d3rlpy.seed(3)
+    enc = d3rlpy.models.VectorEncoderFactory(hidden_units=[16, 16])
+    sac = d3rlpy.algos.SACConfig(actor_encoder_factory=enc, critic_encoder_factory=enc, initial_temperature=0.3,
+                                 temp_learning_rate=3e-3).create(device="cpu:0")
+    sac.create_impl((11,), 3)
+    rng = np.random.default_rng(0)
+    n = 200
+    steps = {"obs": rng.standard_normal((n, 11)).astype(np.float32),
+             "actions": rng.uniform(-1, 1, (n, 3)).astype(np.float32), "rewards": rng.standard_normal(n),
+             "terminals": np.r_[np.zeros(n - 1), 1.0], "timeouts": np.zeros(n),
+             "episode_id": np.zeros(n, dtype=np.int64), "t": np.arange(n)}
+    data = steps_to_dataset([steps], discrete=False, action_size=3)
+
+    def temp(algo):
+        return float(next(algo.impl._modules.log_temp.parameters()).exp().item())
+
+    assert RepairConfig().for_aut(discrete=False).steps == 1000 and RepairConfig().for_aut(discrete=True).steps == 3000
+    kept = cql_from_aut(sac, RepairConfig(device="cpu:0"), probe_obs=_probe(dim=11))
+    assert kept.config.temp_learning_rate == 0.0 and kept.config.actor_learning_rate == 1e-7
+    t0 = temp(kept)
+    fine_tune(kept, data, RepairConfig(steps=30, log_every=10))
+    assert t0 == pytest.approx(0.3) and temp(kept) == t0
+    learned = cql_from_aut(sac, RepairConfig(device="cpu:0", temp_learning_rate=3e-3, actor_learning_rate=1e-6),
+                           probe_obs=_probe(dim=11))
+    assert learned.config.temp_learning_rate == 3e-3 and learned.config.actor_learning_rate == 1e-6
+    fine_tune(learned, data, RepairConfig(steps=30, temp_learning_rate=3e-3, log_every=10))
+    assert abs(temp(learned) - 0.3) > 1e-3
+    with pytest.raises(TrainingError, match="temperature learning rate"):
+        RepairConfig(temp_learning_rate=-1.0).validate()
+
+
 # -- a small real run: weak AUT, the hand-written balancer as challenger --------------------------
 
 @pytest.fixture(scope="module")

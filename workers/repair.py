@@ -26,6 +26,7 @@ files) is :mod:`orchestrator.campaign.repair`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -38,14 +39,28 @@ from workers.training import TrainingError
 DATA_CHOICES = ("superior", "union")
 
 
+# Defaults that depend on the AUT's kind. Discrete (Double DQN -> DiscreteCQL): set on CartPole
+# (experiments/results/repair-CartPole-v1.md). Continuous (SAC -> CQL): measured on Hopper
+# (experiments/results/repair-settings-Hopper-v5.md): d3rlpy's actor step (lr / 3) costs the agent
+# 600 of its return on its bug states within 20 updates; an actor learning rate 1000x below the
+# critic's, the AUT's temperature kept and 1,000 updates improve the bug states and keep the rest.
+DISCRETE_STEPS = 3_000
+CONTINUOUS_STEPS = 1_000
+CONTINUOUS_ACTOR_LR = 1e-7
+CONTINUOUS_TEMP_LR = 0.0
+
+
 @dataclass
 class RepairConfig:
-    """The fine-tuning settings. ``None`` means: the AUT's own value."""
+    """The fine-tuning settings. ``None`` means: the default for the AUT's kind
+    (:meth:`for_aut`), or the AUT's own value where that is said."""
 
-    steps: int = 3_000  # gradient steps
+    steps: int | None = None  # gradient steps; None: 3,000 discrete, 1,000 continuous
     learning_rate: float = 1e-4  # Q-function (discrete) / critic (continuous); the AUT's is far higher
-    actor_learning_rate: float | None = None  # continuous only; None = learning_rate / 3 (d3rlpy CQL's ratio)
+    actor_learning_rate: float | None = None  # continuous only; None: 1e-7
     alpha: float = 1.0  # conservative weight: DiscreteCQL alpha, CQL conservative_weight
+    temp_learning_rate: float | None = None  # continuous only; None: 0, the AUT's temperature kept (SAC's
+    # automatic entropy tuning is an online exploration device); > 0: tuned on, at that rate
     batch_size: int | None = None  # None: the AUT's
     target_update_interval: int | None = None  # discrete only; None: the AUT's
     data: str = "superior"  # "superior" (D_superior, the paper) or "union" (D ∪ D_superior)
@@ -53,15 +68,25 @@ class RepairConfig:
     log_every: int = 250  # steps between loss records in the history
     device: str | None = None  # None: cuda when available
 
+    def for_aut(self, discrete: bool) -> "RepairConfig":
+        """A copy with the kind-dependent defaults filled in (what repair.json records)."""
+        fill = {"steps": DISCRETE_STEPS if discrete else CONTINUOUS_STEPS}
+        if not discrete:
+            fill.update(actor_learning_rate=CONTINUOUS_ACTOR_LR, temp_learning_rate=CONTINUOUS_TEMP_LR)
+        return dataclasses.replace(self, **{k: v for k, v in fill.items() if getattr(self, k) is None}).validate()
+
     def validate(self) -> "RepairConfig":
         if self.data not in DATA_CHOICES:
             raise TrainingError(f"repair data must be one of {', '.join(DATA_CHOICES)}, got {self.data!r}")
-        if int(self.steps) < 1:
+        if self.steps is not None and int(self.steps) < 1:
             raise TrainingError(f"repair steps must be >= 1, got {self.steps}")
         if not self.learning_rate > 0:
             raise TrainingError(f"repair learning rate must be > 0, got {self.learning_rate}")
         if self.alpha < 0:
             raise TrainingError(f"repair alpha (conservative weight) must be >= 0, got {self.alpha}")
+        if self.temp_learning_rate is not None and self.temp_learning_rate < 0:
+            raise TrainingError(f"repair temperature learning rate must be >= 0 (0: the AUT's temperature kept), "
+                                f"got {self.temp_learning_rate}")
         for name in ("batch_size", "target_update_interval"):
             v = getattr(self, name)
             if v is not None and int(v) < 1:
@@ -132,11 +157,11 @@ def cql_from_aut(aut, cfg: RepairConfig, probe_obs: np.ndarray | None = None):
     import d3rlpy
     import torch
 
-    cfg.validate()
     if aut.impl is None:
         raise TrainingError("repair: the AUT model is not built (load it with d3rlpy.load_learnable)")
     device = cfg.device or ("cuda:0" if torch.cuda.is_available() else "cpu:0")
     discrete = _is_discrete_aut(aut)
+    cfg = cfg.for_aut(discrete)
     if discrete:
         settings = _shared_settings(aut.config, d3rlpy.algos.DiscreteCQLConfig)
         settings.update(learning_rate=float(cfg.learning_rate), alpha=float(cfg.alpha))
@@ -146,8 +171,8 @@ def cql_from_aut(aut, cfg: RepairConfig, probe_obs: np.ndarray | None = None):
     else:
         settings = _shared_settings(aut.config, d3rlpy.algos.CQLConfig)
         settings.update(critic_learning_rate=float(cfg.learning_rate),
-                        actor_learning_rate=float(cfg.actor_learning_rate or cfg.learning_rate / 3),
-                        conservative_weight=float(cfg.alpha))
+                        actor_learning_rate=float(cfg.actor_learning_rate),
+                        temp_learning_rate=float(cfg.temp_learning_rate), conservative_weight=float(cfg.alpha))
         conf_cls = d3rlpy.algos.CQLConfig
     if cfg.batch_size is not None:
         settings["batch_size"] = int(cfg.batch_size)
@@ -181,6 +206,8 @@ def fine_tune(algo, dataset, cfg: RepairConfig, *, progress: bool = False,
     record: loss means every ``log_every`` steps, wall time, transitions."""
     import d3rlpy
     from tqdm import tqdm
+
+    cfg = cfg.for_aut(isinstance(algo, d3rlpy.algos.DiscreteCQL))
 
     d3rlpy.seed(cfg.seed)  # batch sampling draws from numpy's global stream
     batch_size = algo.config.batch_size

@@ -283,6 +283,7 @@ def _repair_run(run_dir: str | Path, cfg=None, *, out: str | Path | None = None,
     if fuzz_budget is not None and fuzz_budget < 1:
         raise TrainingError(f"--fuzz-budget must be >= 1 episodes, got {fuzz_budget}")
     inp = RepairInputs(run_dir)
+    cfg = cfg.for_aut(inp.scenario.action.discrete)  # the defaults of the AUT's kind, as repair.json records them
     out = Path(out) if out else inp.run.repair_dir
     if (out / "repair.json").is_file() and not force:
         raise TrainingError(f"{out} already holds a repair; add --force to replace it or choose another --out")
@@ -433,7 +434,10 @@ def markdown_table(r: dict) -> str:
         f"# Repair of {r['aut']} on {r['scenario']}",
         "",
         f"Run `{r['run_dir']}`, challenger `{r['challenger']}`. AUT-Improved = {r['algorithm']}, fine-tuned "
-        f"{c['steps']} steps (lr {c['learning_rate']}, alpha {c['alpha']}) on "
+        f"{c['steps']} steps (lr {c['learning_rate']}"
+        + (f", actor lr {c['actor_learning_rate']}, temperature lr {c['temp_learning_rate']}"
+           if c.get("actor_learning_rate") is not None else "")
+        + f", alpha {c['alpha']}) on "
         f"{'D_superior' if c['data'] == 'superior' else 'D ∪ D_superior'} "
         f"({r['data']['superior_episodes']} superior episodes, {r['data']['transitions']} transitions).",
         "",

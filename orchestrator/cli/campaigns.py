@@ -170,6 +170,7 @@ def cmd_repair(args) -> int:
     from workers.repair import RepairConfig
 
     cfg = RepairConfig(**{k: v for k, v in {"steps": args.steps, "learning_rate": args.lr, "alpha": args.alpha,
+                                            "actor_learning_rate": args.actor_lr, "temp_learning_rate": args.temp_lr,
                                             "batch_size": args.batch_size, "data": args.data,
                                             "seed": args.seed}.items() if v is not None})
     r = repair_run(args.run_dir, cfg, out=args.out, fuzz_budget=args.fuzz_budget, fuzz_fuzzer=args.fuzzer,
@@ -199,8 +200,15 @@ def _add_repair_parser(sub) -> None:
     p.add_argument("run_dir", help="a run folder with bugs.parquet (an optimality phase) and its challenger")
     p.add_argument("--data", choices=["superior", "union"], default=None,
                    help="fine-tuning data: superior = D_superior only (default, as the paper), union = D ∪ D_superior")
-    p.add_argument("--steps", type=int, default=None, help="CQL gradient steps (default 3000)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="CQL gradient steps (default 3000 for a discrete AUT, 1000 for a continuous one)")
     p.add_argument("--lr", type=float, default=None, help="learning rate of the Q-function / critic (default 1e-4)")
+    p.add_argument("--actor-lr", type=float, default=None,
+                   help="continuous AUTs: the actor's learning rate (default 1e-7: d3rlpy's --lr / 3 wrecks a "
+                        "MuJoCo agent within 20 updates, docs/optimality.md)")
+    p.add_argument("--temp-lr", type=float, default=None,
+                   help="continuous AUTs: the SAC temperature's learning rate (default 0: the AUT's temperature "
+                        "kept)")
     p.add_argument("--alpha", type=float, default=None, help="CQL conservative weight (default 1.0)")
     p.add_argument("--batch-size", type=positive_int, default=None, help="batch size (default: the AUT's)")
     p.add_argument("--seed", type=seed_arg, default=None, help="fine-tuning seed (default 0)")
