@@ -130,6 +130,8 @@ def test_continuous_repair_learning_rates_reach_cql():
     assert abs(temp(learned) - 0.3) > 1e-3
     with pytest.raises(TrainingError, match="temperature learning rate"):
         RepairConfig(temp_learning_rate=-1.0).validate()
+    with pytest.raises(TrainingError, match="actor learning rate"):
+        RepairConfig(actor_learning_rate=0.0).validate()
 
 
 # -- a small real run: weak AUT, the hand-written balancer as challenger --------------------------

@@ -84,6 +84,8 @@ class RepairConfig:
             raise TrainingError(f"repair learning rate must be > 0, got {self.learning_rate}")
         if self.alpha < 0:
             raise TrainingError(f"repair alpha (conservative weight) must be >= 0, got {self.alpha}")
+        if self.actor_learning_rate is not None and not self.actor_learning_rate > 0:
+            raise TrainingError(f"repair actor learning rate must be > 0, got {self.actor_learning_rate}")
         if self.temp_learning_rate is not None and self.temp_learning_rate < 0:
             raise TrainingError(f"repair temperature learning rate must be >= 0 (0: the AUT's temperature kept), "
                                 f"got {self.temp_learning_rate}")
