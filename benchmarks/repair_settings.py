@@ -49,6 +49,16 @@ def parse_variant(text: str):
     return name or "default", kw
 
 
+def temperature(algo) -> float | None:
+    """A SAC/CQL agent's entropy temperature; None for a discrete one (it has none)."""
+    log_temp = getattr(algo.impl._modules, "log_temp", None)
+    return None if log_temp is None else float(next(log_temp.parameters()).exp().item())
+
+
+def fmt_temp(t: float | None) -> str:
+    return "—" if t is None else f"{t:.3f}"
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir")
@@ -64,18 +74,20 @@ def main(argv=None) -> None:
 
     from orchestrator.analysis.evaluation import evaluate_policy
     from orchestrator.campaign.generations import inference_alone
-    from orchestrator.campaign.repair import RepairInputs, _repair_dataset, evaluate_on_states
+    from orchestrator.campaign.repair import SB3_AUT, RepairInputs, _repair_dataset, evaluate_on_states
     from orchestrator.runs.cards import EVAL_SEED
     from orchestrator.runs.store import RunStore
     from workers.policies import load_policy
+    from workers.policies.sb3_to_d3rlpy import save_sac_from_sb3
     from workers.repair import RepairConfig, cql_from_aut, fine_tune
     from workers.training import quiet_d3rlpy
 
     quiet_d3rlpy()
     inp = RepairInputs(args.run_dir)
-    if inp.aut_weights is None:
-        raise SystemExit("an SB3 AUT: run `deltarl repair` once first (it converts the AUT), then point "
-                         "RepairInputs at repair/aut_from_sb3.d3")
+    tmp = Path(tempfile.mkdtemp(prefix="repair-settings-"))
+    if inp.aut_weights is None:  # a Stable-Baselines3 SAC AUT (rl-zoo Walker2d): its d3rlpy twin, as deltarl repair does
+        save_sac_from_sb3(inp.aut_sb3, tmp / SB3_AUT)
+        inp.aut_weights = tmp / SB3_AUT
     sc = inp.scenario
     oracle = inp.oracle()
     alone = inference_alone(inp.campaign.optimality, sc)
@@ -100,7 +112,6 @@ def main(argv=None) -> None:
           f"{on_bugs['challenger']['mean_return']:.1f}), {failures_text}", flush=True)
 
     rows = []
-    tmp = Path(tempfile.mkdtemp(prefix="repair-settings-"))
     for text in args.variant:
         name, kw = parse_variant(text)
         cfg = RepairConfig(**{**kw, "steps": max(args.at), "log_every": 1}).validate()
@@ -122,11 +133,11 @@ def main(argv=None) -> None:
             rows.append({"variant": name, "settings": ", ".join(f"{k}={v}" for k, v in kw.items()) or "defaults",
                          "step": step, "train_s": t_train[0], "reset": ev["mean_return"], "reset_ci": ev["ci95_margin"],
                          "bugs_return": b["aut_improved"]["mean_return"], "bugs_left": int(still.sum()),
-                         "failures": f, "temp": float(next(algo.impl._modules.log_temp.parameters()).exp().item())})
+                         "failures": f, "temp": temperature(algo)})
             r = rows[-1]
             print(f"  {name} step {step}: reset {r['reset']:.1f} ± {r['reset_ci']:.1f}, bug states "
                   f"{r['bugs_return']:.1f} ({r['bugs_left']} bugs left), known failures {f}, temperature "
-                  f"{r['temp']:.3f}, training {t_train[0]:.0f} s", flush=True)
+                  f"{fmt_temp(r['temp'])}, training {t_train[0]:.0f} s", flush=True)
             np.random.set_state(np_state)
             torch.set_rng_state(torch_state)
 
@@ -151,7 +162,7 @@ def main(argv=None) -> None:
              "| known failures | temperature |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         lines.append(f"| {r['variant']} | {r['settings']} | {r['step']} | {r['train_s']:.0f} | {r['reset']:.1f} ± "
-                     f"{r['reset_ci']:.1f} | {r['bugs_return']:.1f} | {r['bugs_left']} | {'—' if r['failures'] is None else r['failures']} | {r['temp']:.3f} |")
+                     f"{r['reset_ci']:.1f} | {r['bugs_return']:.1f} | {r['bugs_left']} | {'—' if r['failures'] is None else r['failures']} | {fmt_temp(r['temp'])} |")
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     if args.out:
