@@ -948,6 +948,8 @@ def _cases() -> list[tuple[str, str, list]]:
         ("replay", "a run without an optimality phase", ["replay", "$T/run", "0"], None),
         ("repair", "a run without bugs", ["repair", "$T/run", "--quiet"], None),
         ("repair", "--batch-size 0", ["repair", "$T/run", "--batch-size", "0"], None),
+        ("repair", "--actor-lr 0", ["repair", "$T/run", "--actor-lr", "0"], None),
+        ("repair", "--temp-lr -1", ["repair", "$T/run", "--temp-lr", "-1"], None),
         ("report", "no such folder", ["report", "$T/none"], None),
         ("report", "--out empty", ["report", "$T/run", "--out", ""], None),
         ("grid", "no such file", ["grid", "$T/none.yaml"], None),
