@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shutil
 import sys
 import tempfile
 import time
@@ -107,7 +108,7 @@ def main(argv=None) -> None:
     failures_text = ("known failure states not measured" if fstates is None
                      else f"{aut_f} failures on {len(fstates)} known failure states")
     print(f"{inp.run_dir}: {sc.name}, {len(inp.bug_states)} bug states (oracle {oracle.kind}, {oracle.repeats} "
-          f"repeat(s)), {0 if fstates is None else len(fstates)} known failure states; AUT {aut_ev['mean_return']:.1f} "
+          f"repeat(s)); AUT {aut_ev['mean_return']:.1f} "
           f"on {args.episodes} starts, {on_bugs['aut']['mean_return']:.1f} on the bug states (challenger "
           f"{on_bugs['challenger']['mean_return']:.1f}), {failures_text}", flush=True)
 
@@ -163,6 +164,7 @@ def main(argv=None) -> None:
     for r in rows:
         lines.append(f"| {r['variant']} | {r['settings']} | {r['step']} | {r['train_s']:.0f} | {r['reset']:.1f} ± "
                      f"{r['reset_ci']:.1f} | {r['bugs_return']:.1f} | {r['bugs_left']} | {'—' if r['failures'] is None else r['failures']} | {fmt_temp(r['temp'])} |")
+    shutil.rmtree(tmp, ignore_errors=True)  # the saved models of the evaluations
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     if args.out:
