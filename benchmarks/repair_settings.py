@@ -74,10 +74,8 @@ def main(argv=None) -> None:
     import torch
 
     from orchestrator.analysis.evaluation import evaluate_policy
-    from orchestrator.campaign.generations import inference_alone
     from orchestrator.campaign.repair import SB3_AUT, RepairInputs, _repair_dataset, evaluate_on_states
     from orchestrator.runs.cards import EVAL_SEED
-    from orchestrator.runs.store import RunStore
     from workers.policies import load_policy
     from workers.policies.sb3_to_d3rlpy import save_sac_from_sb3
     from workers.repair import RepairConfig, cql_from_aut, fine_tune
@@ -91,17 +89,12 @@ def main(argv=None) -> None:
         inp.aut_weights = tmp / SB3_AUT
     sc = inp.scenario
     oracle = inp.oracle()
-    alone = inference_alone(inp.campaign.optimality, sc)
+    alone, f_alone = inp.optimality_alone, inp.safety_alone
     fixed = {"aut": load_policy(inp.aut_uri, sc, device="cpu"),
              "challenger": load_policy(inp.challenger_uri, sc, device="cpu")}
     on_bugs = evaluate_on_states(sc, fixed, inp.bug_states, repeats=oracle.repeats, alone=alone)
-    fstates = None
-    if not args.no_failures and inp.d_run_dir is not None:
-        feps = RunStore.open(inp.d_run_dir).read_episodes(phase=inp.d_phases, role="aut", failure=True,
-                                                          columns=["initial_state"])
-        if len(feps):
-            fstates = np.unique(np.stack(feps["initial_state"].to_numpy()).astype(np.float64), axis=0)
-    f_alone = inference_alone(inp.campaign.safety, sc)
+    known = None if args.no_failures else inp.known_failures()
+    fstates = known[1] if known and known[0] else None
     aut_ev = evaluate_policy(sc, inp.aut_uri, args.episodes, seed=EVAL_SEED, device="cpu")
     aut_f = (evaluate_on_states(sc, {"aut": fixed["aut"]}, fstates, repeats=oracle.repeats, alone=f_alone)["aut"]
              ["failures"] if fstates is not None else None)

@@ -137,6 +137,28 @@ class RepairInputs:
     def bug_states(self) -> np.ndarray:
         return np.stack(self.bugs["initial_state"].to_numpy()).astype(np.float64)
 
+    @property
+    def optimality_alone(self) -> bool:
+        """Whether the optimality phase acted on each observation alone (its ``inference``): its bug
+        states are re-run the same way, so a verdict found acting alone is judged acting alone."""
+        return inference_alone(self.campaign.optimality, self.scenario)
+
+    @property
+    def safety_alone(self) -> bool:
+        """The same for the safety phase that found the known failure states."""
+        return inference_alone(self.campaign.safety, self.scenario)
+
+    def known_failures(self) -> tuple[int, np.ndarray] | None:
+        """The AUT's failing episodes in D's safety phases: how many, and their distinct initial
+        states; None when no run folder holds D."""
+        if self.d_run_dir is None:
+            return None
+        feps = RunStore.open(self.d_run_dir).read_episodes(phase=self.d_phases, role="aut", failure=True,
+                                                           columns=["initial_state"])
+        if not len(feps):
+            return 0, np.zeros((0, self.scenario.state_dim))
+        return len(feps), np.unique(np.stack(feps["initial_state"].to_numpy()).astype(np.float64), axis=0)
+
     def oracle(self):
 
         spec = self.campaign.optimality
@@ -206,8 +228,7 @@ def superior_steps(inp: RepairInputs) -> tuple[dict, str]:
                     seed=int(row.gen_seed), state_offset=int(row.state_index))
             for i, row in enumerate(inp.bugs.itertuples())])
     else:
-        res = rollout(inp.scenario, {"challenger": policy}, states,
-                      alone=inference_alone(inp.campaign.optimality, inp.scenario))
+        res = rollout(inp.scenario, {"challenger": policy}, states, alone=inp.optimality_alone)
     return rollout_steps(res), "re-run"
 
 
@@ -373,7 +394,7 @@ def _bug_state_evaluation(inp: RepairInputs, pols: dict) -> dict:
     """3a. Returns and remaining bugs on the bug states (the run's oracle against the challenger)."""
     oracle = inp.oracle()
     on_bugs = evaluate_on_states(inp.scenario, pols, inp.bug_states, repeats=oracle.repeats,
-                                 alone=inference_alone(inp.campaign.optimality, inp.scenario))
+                                 alone=inp.optimality_alone)
     still_aut, _ = oracle.judge(on_bugs["aut"]["_returns"], on_bugs["challenger"]["_returns"])
     still_imp, _ = oracle.judge(on_bugs["aut_improved"]["_returns"], on_bugs["challenger"]["_returns"])
     imp, aut = on_bugs["aut_improved"]["_returns"].mean(1), on_bugs["aut"]["_returns"].mean(1)
@@ -385,15 +406,14 @@ def _bug_state_evaluation(inp: RepairInputs, pols: dict) -> dict:
 
 def _failure_state_evaluation(inp: RepairInputs, pols: dict) -> dict | None:
     """3b. Failures of AUT and AUT-Improved on the known failure states of D's safety phases."""
-    if inp.d_run_dir is None:
+    known = inp.known_failures()
+    if known is None:
         return None
-    feps = RunStore.open(inp.d_run_dir).read_episodes(phase=inp.d_phases, role="aut", failure=True,
-                                                      columns=["initial_state"])
-    out = {"run_dir": str(inp.d_run_dir), "phases": inp.d_phases, "known_failures": int(len(feps))}
-    if len(feps):
-        fstates = np.unique(np.stack(feps["initial_state"].to_numpy()).astype(np.float64), axis=0)
+    n, fstates = known
+    out = {"run_dir": str(inp.d_run_dir), "phases": inp.d_phases, "known_failures": int(n)}
+    if n:
         on_f = evaluate_on_states(inp.scenario, {k: pols[k] for k in ("aut", "aut_improved")}, fstates,
-                                  repeats=inp.oracle().repeats, alone=inference_alone(inp.campaign.safety, inp.scenario))
+                                  repeats=inp.oracle().repeats, alone=inp.safety_alone)
         out.update(states=int(len(fstates)), **{role: _public(v) for role, v in on_f.items()},
                    failure_reduction=_reduction(on_f["aut"]["failures"], on_f["aut_improved"]["failures"]))
     return out
