@@ -24,6 +24,8 @@ def test_the_zoo_ships_agents():
     assert {"Walker2d-v5-rlzoo", "BipedalWalker-rlzoo", "Walker2d-v5-sac-deltarl"} <= names
     # the Delta grids' AUTs: the epoch of a training closest to the paper's Table 1 AUT (issue #17)
     assert {"CartPole-v1-ddqn-paper", "MountainCar-v0-ddqn-paper", "Acrobot-v1-ddqn-paper"} <= names
+    # Table 7's AUT: SAC fine-tuned in Hopper-Noise's wind (issue #18), answering zoo:Hopper-Noise
+    assert "Hopper-Noise-sac" in names
 
 
 def test_paper_quality_agents_are_near_the_papers_aut():
