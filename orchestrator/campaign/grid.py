@@ -149,6 +149,9 @@ def _run_one(campaign_dict: dict, tracking_uri: str, experiment: str) -> dict:
         resume = RunFolder(c.output).has_campaign()
         return run_campaign(c, resume=resume, progress=False)
     finally:
+        from orchestrator.cluster.driver import release_progress
+
+        release_progress(campaign_dict.get("name", ""))  # one idle actor per finished campaign otherwise
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

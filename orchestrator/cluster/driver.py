@@ -509,6 +509,23 @@ def progress_actor(campaign: str):
     return _PROGRESS[campaign]
 
 
+def release_progress(campaign: str) -> bool:
+    """End the campaign's progress actor, if this process made one. A grid's worker runs one
+    campaign after another and would otherwise keep one idle actor process per finished campaign
+    (measured in a 45-campaign grid: ~140 MB each, 2.2 GB after 16 campaigns); the campaign's
+    final state is in its run folder and the grid's results table. True when one was ended."""
+    actor = _PROGRESS.pop(campaign, None)
+    if actor is None:
+        return False
+    try:
+        import ray
+
+        ray.kill(actor)
+    except Exception:  # noqa: BLE001 - an aid, never a reason to fail a campaign
+        return False
+    return True
+
+
 class CampaignMetrics:
     """Campaign progress where the Ray dashboard shows it, a no-op when Ray is not running
     (in-process campaigns):
