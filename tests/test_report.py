@@ -20,7 +20,7 @@ from orchestrator.analysis.report import NOT_IN_RUN, ReportError, write_report
 
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = ("delta-local-rq1", "delta-local-rq2-rq3", "delta-local-table7", "llmtester-table2",
-             "delta-rq1-local-CartPole-paper-aut", "delta-paper-cases-rq2-rq3")
+             "delta-rq1-local-CartPole-paper-aut", "delta-paper-cases-rq2-rq3", "delta-paper-cases-rq1")
 
 
 def look(html_file: Path, tmp: Path, *, width: int = 1280, height: int = 900) -> dict:
@@ -218,6 +218,19 @@ def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
         # CartPole: MDPFuzz finds more bugs than Delta (the answer, whichever it is, stays in the report)
         assert "| CartPole-v1 | bugs | 222.0 ± 14.0 (n=5) | mdpfuzz 282.6 ± 27.0 (n=5) | -21.4% | 0.012 |" in md
         assert "| delta w/o regret | 0.970 ± 0.006 (n=5) | 0.000 ± 0.000 (n=5) | 0.969 ± 0.011 (n=5) |" in md
+    if folder == "delta-paper-cases-rq1":
+        # issue #17's RQ1 at 5,000 cases: Delta with BC, BCQ, CQL, 5 seeds, three scenarios
+        assert "45 campaigns on 3 scenario(s)" in md
+        assert "| BCQ | 222.0 ± 14.0 (n=5) | 105.6 ± 17.7 |" in md  # the RQ2-RQ3 grid's Delta on CartPole
+        runs = pd.read_parquet(src / "report_data" / "runs.parquet")
+        bugs = pd.read_parquet(src / "report_data" / "bug_list.parquet")
+        per = {c: {tuple(s) for s in g["initial_state"]} for c, g in bugs.groupby("campaign")}
+        for (scenario, seed), g in runs.groupby(["scenario", "seed"]):  # one safety run (one D) each
+            assert sorted(g["challenger_algo"]) == ["bc", "bcq", "cql"] and g["safety_key"].nunique() == 1
+            sets = {a: per.get(c, set()) for a, c in zip(g["challenger_algo"], g["campaign"])}
+            assert all(sets.values()), (scenario, seed)
+            # the challenger enters the search: every pair of challengers finds other bugs
+            assert sets["bc"] != sets["bcq"] and sets["bcq"] != sets["cql"] and sets["bc"] != sets["cql"]
     if folder == "delta-local-rq2-rq3":
         # 21 campaigns, 3 safety runs: each once; no effect size from a single run
         assert "| curefuzz | 600 | 28.0 ± 11.4 (n=3) | 26.0 ± 9.9 (n=3) |" in md

@@ -10,6 +10,7 @@ its smallest possible p is 2 / 2^n, 0.125 for 4 seeds, 0.0625 for 5).
 
     .venv/bin/python experiments/results/paired_by_seed.py experiments/results/delta-paper-cases-rq2-rq3 \
         --sampling-cases 1250
+    .venv/bin/python experiments/results/paired_by_seed.py experiments/results/delta-paper-cases-rq1 --challengers
 
 ``--sampling-cases N`` adds "fuzzing bugs": the bugs found after the first N test cases (the
 initial corpus drawn from the reset distribution, the same draws for most methods of one seed),
@@ -55,6 +56,9 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("folder", help="a folder with report_data/ (a committed report)")
+    ap.add_argument("--challengers", action="store_true",
+                    help="compare Delta's runs by challenger instead (RQ1, Table 2): BCQ, the paper's choice, "
+                         "against each other challenger, paired by seed (one safety run, one D per seed)")
     ap.add_argument("--sampling-cases", type=int, default=None,
                     help="also compare the bugs found after this many test cases (the sampling phase's end)")
     args = ap.parse_args(argv)
@@ -66,23 +70,32 @@ def main(argv=None) -> int:
         at = {c: float(g.loc[g["x"] <= args.sampling_cases, "bugs"].max()) for c, g in tl.groupby("campaign")}
         runs = runs.assign(fuzzing_bugs=runs["bugs"] - runs["campaign"].map(at))
         metrics = METRICS[:1] + (("fuzzing_bugs", f"fuzzing bugs (after {args.sampling_cases} cases)"),) + METRICS[1:]
-    print(f"### Delta against each method, paired by seed ({args.folder})\n")
-    print("diff: Delta minus the method, per seed (in seed order); led: seeds where Delta had more; mean rel.: "
-          "mean of diff / method; p: paired t-test and Wilcoxon signed-rank, two-sided (— : no spread or n < 2)\n")
+    ref = "delta"
+    if args.challengers:  # Delta only; its runs named by their challenger, BCQ the reference
+        runs = runs[runs["method"] == "delta"].assign(method=lambda d: d["challenger_algo"].str.upper())
+        ref = "BCQ"
+        print(f"### Delta with BCQ against Delta with each other challenger, paired by seed ({args.folder})\n")
+        print("diff: BCQ minus the challenger, per seed (in seed order); led: seeds where BCQ had more; mean rel.: "
+              "mean of diff / challenger; p: paired t-test and Wilcoxon signed-rank, two-sided (— : no spread or n < 2)\n")
+    else:
+        print(f"### Delta against each method, paired by seed ({args.folder})\n")
+        print("diff: Delta minus the method, per seed (in seed order); led: seeds where Delta had more; mean rel.: "
+              "mean of diff / method; p: paired t-test and Wilcoxon signed-rank, two-sided (— : no spread or n < 2)\n")
     for scenario in sorted(runs["scenario"].unique()):
         units = optimality_units(runs, scenario)
         seeds = sorted(units["seed"].unique())
-        by = {m: units[units["method"] == m].set_index("seed") for m in method_order(units["method"])}
-        if "delta" not in by:
+        names = sorted(units["method"].unique()) if args.challengers else method_order(units["method"])
+        by = {m: units[units["method"] == m].set_index("seed") for m in names}
+        if ref not in by:
             continue
         print(f"#### {scenario} (seeds {', '.join(map(str, seeds))})\n")
         print("| metric | method | diff per seed | led | mean rel. | p (t) | p (Wilcoxon) |")
         print("|---|---|---|---:|---:|---:|---:|")
         for key, label in metrics:
             for m, g in by.items():
-                if m == "delta":
+                if m == ref:
                     continue
-                r = paired(by["delta"][key], g[key])
+                r = paired(by[ref][key], g[key])
                 digits = 3 if key == "distance" else 0
                 diffs = ", ".join(f"{x:+.{digits}f}" for x in r["diff"])
                 tied = f" ({r['tie']} tied)" if r["tie"] else ""
