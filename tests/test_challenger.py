@@ -427,3 +427,34 @@ def test_watching_a_training_does_not_change_it(cartpole_run, hopper_run, tmp_pa
             assert policy.graph is not None and np.array_equal(policy.act(probe), trained.predict(probe))
             assert [p.requires_grad for p in trained.impl.modules.q_funcs.parameters()] == flags
     assert np.array_equal(values[0], values[1])
+
+
+def test_a_cache_lock_left_by_a_dead_process_is_taken_over_at_once(tmp_path, monkeypatch):
+    """A grid killed while a campaign trained a challenger leaves the cache entry's lock behind;
+    the resumed grid must not wait the stale timeout (6 hours) for an owner that is gone. A lock
+    whose owner lives, or ran on another machine, is waited for."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    import orchestrator.campaign.challenger as ch
+    from orchestrator.campaign.challenger import _claim_or_wait, _owner_died
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True)
+    dead_pid = int(gone.stdout)
+    lock = tmp_path / ".k.lock"
+    for text, died in ((f"{socket.gethostname()}:{dead_pid}", True), (str(dead_pid), True),  # old format
+                       (f"{socket.gethostname()}:{os.getpid()}", False), (f"other-host:{dead_pid}", False),
+                       ("", False)):  # just created, not written yet
+        lock.write_text(text)
+        assert _owner_died(lock) is died, text
+    lock.write_text(f"{socket.gethostname()}:{dead_pid}")
+
+    def no_wait(seconds):
+        raise AssertionError(f"waited {seconds} s for a lock whose owner is gone")
+
+    monkeypatch.setattr(ch.time, "sleep", no_wait)
+    got = _claim_or_wait(tmp_path, "k", timeout_s=3600.0, poll_s=2.0)
+    assert got == lock and lock.read_text() == f"{socket.gethostname()}:{os.getpid()}"

@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -163,8 +164,9 @@ def challenger_cache_key(store, phases, cfg, eval_episodes: int) -> str:
 
 def _claim_or_wait(cache: Path, key: str, timeout_s: float = 6 * 3600.0, poll_s: float = 2.0):
     """Claim the right to train entry ``key`` (returns the lock file), or wait while another
-    campaign trains it and return None once its entry exists. A lock whose owner died (the
-    entry never appears and the lock is older than ``timeout_s``) is taken over."""
+    campaign trains it and return None once its entry exists. A lock whose owner died is taken
+    over: at once when the owner ran on this machine (its pid is gone: a grid killed at the end of
+    a working day resumes without waiting), else when the lock is older than ``timeout_s``."""
     cache.mkdir(parents=True, exist_ok=True)
     lock = cache / f".{key}.lock"
     t0 = time.monotonic()
@@ -173,18 +175,34 @@ def _claim_or_wait(cache: Path, key: str, timeout_s: float = 6 * 3600.0, poll_s:
             return None
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            os.write(fd, str(os.getpid()).encode())
+            os.write(fd, f"{socket.gethostname()}:{os.getpid()}".encode())
             os.close(fd)
             return lock
         except FileExistsError:
             try:
-                stale = time.time() - lock.stat().st_mtime > timeout_s
+                stale = time.time() - lock.stat().st_mtime > timeout_s or _owner_died(lock)
             except FileNotFoundError:
                 continue
             if stale or time.monotonic() - t0 > timeout_s:
                 lock.unlink(missing_ok=True)
                 continue
             time.sleep(poll_s)
+
+
+def _owner_died(lock: Path) -> bool:
+    """True when the lock's owner ran on this machine and its process no longer exists. The lock
+    holds ``host:pid`` (``pid`` alone in locks written before 2026-12-05: this machine's). An owner
+    on another machine cannot be checked from here: False."""
+    host, _, pid = lock.read_text().strip().rpartition(":")
+    if not pid.isdigit() or (host and host != socket.gethostname()):
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
 
 
 def _to_cache(out: Path, dest: Path) -> None:
