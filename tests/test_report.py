@@ -190,6 +190,21 @@ def test_report_is_made_again_from_its_saved_data(runs, tmp_path):
     assert "from the data saved beside it" in b
 
 
+def assert_challengers_find_other_bugs(src: Path) -> set:
+    """RQ1 (issue #17): per scenario and seed, Delta ran with a BC, a BCQ and a CQL challenger on one
+    safety run (one D); each found bugs, and every pair of challengers found other bug states (the
+    challenger enters the search). Returns the (scenario, seed) pairs checked."""
+    runs = pd.read_parquet(src / "report_data" / "runs.parquet")
+    bugs = pd.read_parquet(src / "report_data" / "bug_list.parquet")
+    per = {c: {tuple(s) for s in g["initial_state"]} for c, g in bugs.groupby("campaign")}
+    for (scenario, seed), g in runs.groupby(["scenario", "seed"]):
+        assert sorted(g["challenger_algo"]) == ["bc", "bcq", "cql"] and g["safety_key"].nunique() == 1
+        sets = {a: per.get(c, set()) for a, c in zip(g["challenger_algo"], g["campaign"])}
+        assert all(sets.values()), (scenario, seed)
+        assert sets["bc"] != sets["bcq"] and sets["bcq"] != sets["cql"] and sets["bc"] != sets["cql"], (scenario, seed)
+    return set(runs.groupby(["scenario", "seed"]).groups)
+
+
 @pytest.mark.parametrize("folder", COMMITTED)
 def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
     """``deltarl report experiments/results/<folder>`` from the repository alone gives the
@@ -208,11 +223,7 @@ def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
         # issue #17: with the paper-quality AUT and the normalised energy, BC, BCQ and CQL find other bugs
         rows = [ln for ln in md.splitlines() if re.match(r"\| delta-rq1-00\d \|", ln)]
         assert len(rows) == 9
-        bugs = pd.read_parquet(src / "report_data" / "bug_list.parquet")
-        per = {c: {tuple(s) for s in g["initial_state"]} for c, g in bugs.groupby("campaign")}
-        for seed in range(3):  # campaigns 00{seed} (BC), 00{3+seed} (BCQ), 00{6+seed} (CQL): one safety run each
-            bc, bcq, cql = (per.get(f"delta-rq1-00{i}", set()) for i in (seed, 3 + seed, 6 + seed))
-            assert bc != bcq and bcq != cql and bc != cql, seed
+        assert assert_challengers_find_other_bugs(src) == {("CartPole-v1", s) for s in range(3)}
     if folder == "delta-paper-cases-rq2-rq3":
         # issue #17's re-run: 5 seeds x 7 methods on three scenarios, each term's share of the selections
         assert "105 campaigns on 3 scenario(s)" in md
@@ -228,15 +239,7 @@ def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
         # issue #17's RQ1 at 5,000 cases: Delta with BC, BCQ, CQL, 5 seeds, three scenarios
         assert "45 campaigns on 3 scenario(s)" in md
         assert "| BCQ | 222.0 ± 14.0 (n=5) | 105.6 ± 17.7 |" in md  # the RQ2-RQ3 grid's Delta on CartPole
-        runs = pd.read_parquet(src / "report_data" / "runs.parquet")
-        bugs = pd.read_parquet(src / "report_data" / "bug_list.parquet")
-        per = {c: {tuple(s) for s in g["initial_state"]} for c, g in bugs.groupby("campaign")}
-        for (scenario, seed), g in runs.groupby(["scenario", "seed"]):  # one safety run (one D) each
-            assert sorted(g["challenger_algo"]) == ["bc", "bcq", "cql"] and g["safety_key"].nunique() == 1
-            sets = {a: per.get(c, set()) for a, c in zip(g["challenger_algo"], g["campaign"])}
-            assert all(sets.values()), (scenario, seed)
-            # the challenger enters the search: every pair of challengers finds other bugs
-            assert sets["bc"] != sets["bcq"] and sets["bcq"] != sets["cql"] and sets["bc"] != sets["cql"]
+        assert len(assert_challengers_find_other_bugs(src)) == 15  # 3 scenarios x 5 seeds
     if folder == "delta-local-rq2-rq3":
         # 21 campaigns, 3 safety runs: each once; no effect size from a single run
         assert "| curefuzz | 600 | 28.0 ± 11.4 (n=3) | 26.0 ± 9.9 (n=3) |" in md

@@ -43,6 +43,7 @@ from tqdm import tqdm
 
 from orchestrator.analysis.markdown import markdown_table  # also imported from here by the CLI
 from orchestrator.campaign.config import CampaignError, campaign_from_dict
+from orchestrator.cluster.driver import release_progress  # also imported by cluster.tasks: no start-up cost
 from orchestrator.cluster.tasks import run_tasks
 from orchestrator.runs import tracking
 from orchestrator.runs.layout import RunFolder
@@ -149,8 +150,6 @@ def _run_one(campaign_dict: dict, tracking_uri: str, experiment: str) -> dict:
         resume = RunFolder(c.output).has_campaign()
         return run_campaign(c, resume=resume, progress=False)
     finally:
-        from orchestrator.cluster.driver import release_progress
-
         release_progress(campaign_dict.get("name", ""))  # one idle actor per finished campaign otherwise
         for k, v in saved.items():
             if v is None:
