@@ -253,6 +253,21 @@ def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
         assert f"report_files/{f.name}" in md
 
 
+def test_table7_cases_agree_with_their_campaigns():
+    """The committed Hopper-Noise test cases (5 + 5 rollout returns each) give, under the oracle's
+    own test, each campaign's bug count (the script exits naming the campaign when they disagree),
+    and its table is the one the folder's README shows."""
+    import runpy
+
+    folder = REPO / "experiments" / "results" / "delta-table7-hopper-noise-summaries"
+    mod = runpy.run_path(str(REPO / "experiments" / "results" / "table7_margins.py"))
+    table = mod["table"](folder)
+    rows = [ln for ln in table.splitlines() if ln.startswith("| delta-table7-")]
+    assert len(rows) == len(list(folder.glob("*.cases.csv"))) >= 12
+    readme = (folder / "README.md").read_text()
+    assert all(row in readme for row in rows)
+
+
 def test_report_cli(runs, tmp_path, capsys):
     from orchestrator.cli import main
 
