@@ -21,7 +21,7 @@ from orchestrator.analysis.report import NOT_IN_RUN, ReportError, write_report
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = ("delta-local-rq1", "delta-local-rq2-rq3", "delta-local-table7", "llmtester-table2",
              "delta-rq1-local-CartPole-paper-aut", "delta-paper-cases-rq2-rq3", "delta-paper-cases-rq1",
-             "delta-mujoco-local-Hopper")
+             "delta-mujoco-local")
 
 
 def look(html_file: Path, tmp: Path, *, width: int = 1280, height: int = 900) -> dict:
@@ -230,9 +230,12 @@ def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
         # CartPole: MDPFuzz finds more bugs than Delta (the answer, whichever it is, stays in the report)
         assert "| CartPole-v1 | bugs | 222.0 ± 14.0 (n=5) | mdpfuzz 282.6 ± 27.0 (n=5) | -21.4% | 0.012 |" in md
         assert "| delta w/o regret | 0.970 ± 0.006 (n=5) | 0.000 ± 0.000 (n=5) | 0.969 ± 0.011 (n=5) |" in md
-    if folder == "delta-mujoco-local-Hopper":
-        # issue #18: Hopper's 27 campaigns of the MuJoCo local profile; Tables 3-4 under the BC challenger
-        assert "27 campaigns on 1 scenario(s)" in md
+    if folder == "delta-mujoco-local":
+        # issue #18: the MuJoCo grid's local profile end to end, Hopper and Walker2d, 27 campaigns each;
+        # Tables 3-4 under the BC challenger
+        assert "54 campaigns on 2 scenario(s)" in md
+        assert "| Walker2d-v5 | bugs | 158.0 ± 25.8 (n=3) | curefuzz 149.3 ± 25.4 (n=3) | +5.8% | 0.184 |" in md
+        assert "| CQL | 1.6 ± 14.1 (n=3) | 3996.5 ± 68.5 |" in md  # CQL at 10k steps falls at once on Walker2d
         assert "| Hopper-v5 | bugs | 105.0 ± 52.9 (n=3) | mdpfuzz 101.3 ± 63.9 (n=3) | +3.6% | 1.000 |" in md
         assert "| CQL | 281.2 ± 284.9 (n=3) | 3173.8 ± 20.8 |" in md  # the weak laptop-budget CQL, as measured
     if folder == "delta-paper-cases-rq1":
