@@ -5,8 +5,8 @@ Every challenger training watches its policy for a few episodes at the end of ea
 trains each seed's BC, BCQ and CQL once, so these records are the learning curves on that
 scenario at the profile's budget (experiments/challengers/mujoco-local.yaml says Walker2d-v5's
 curve is read here). Reads ``<campaign>.challenger-<algo>.training.json`` and prints, per
-algorithm, the watch return at each epoch for every seed, and the final card's 100-episode mean
-(``<campaign>.challenger-<algo>.card.json``) beside the AUT's.
+algorithm, the watch return at each epoch for every seed, then each challenger's card
+(``<campaign>.challenger-<algo>.card.json``: its 100-episode mean), training seconds and steps/s.
 
     .venv/bin/python experiments/results/grid_challenger_curves.py experiments/results/delta-mujoco-local-summaries \\
         --scenario Walker2d-v5
@@ -53,8 +53,7 @@ def main(argv=None) -> int:
         fin = []
         for s in seeds:
             t, card = by_seed[s]
-            ev = card.get("evaluation", card)
-            mean = ev.get("mean_return", ev.get("mean"))
+            mean = card["evaluation"]["mean_return"]
             ups = [h["updates_per_second"] for h in t["history"] if h.get("updates_per_second")]
             fin.append(f"{mean:.1f}, {t['wall_seconds']:.0f} s, {sum(ups) / len(ups):.1f} steps/s")
         print("| card (100 episodes), training | " + " | ".join(fin) + " |\n")

@@ -6,8 +6,9 @@ script reads the optimality phase's episodes of each campaign and measures how f
 is from beating the AUT there: on how many cases its mean return is above the AUT's, on how many
 it is ahead in most of the 25 (challenger, AUT) pairs of rollouts, the p-values, and the rollouts'
 spread against the wind's: if the initial state made no difference to an agent, its case means
-would vary by the rollouts' own standard deviation over sqrt(5) and no more ("wind alone"). With 5 rollouts each, p < 0.05 needs the challenger ahead in at least 21 of the 25 pairs
-(U >= 21: p = 12/252 = 0.048; U = 20: p = 19/252 = 0.075).
+would vary by the rollouts' own standard deviation over sqrt(5) and no more ("wind alone"). With 5
+rollouts each, p < 0.05 needs the challenger ahead in at least 21 of the 25 pairs (U >= 21:
+p = 12/252 = 0.048; U = 20: p = 19/252 = 0.075).
 
 Two steps, so that every printed number traces to a committed file:
 
@@ -18,8 +19,9 @@ Two steps, so that every printed number traces to a committed file:
     .venv/bin/python experiments/results/table7_margins.py experiments/results/delta-table7-hopper-noise-summaries
 
 A CSV row is one test case: its generation and index, then the AUT's and the challenger's
-returns of its rollouts (one decimal). The p-value is recomputed here exactly as the oracle does
-(``orchestrator/fuzzers/oracles.py``); the table's "bugs" column must equal the campaign's own
+returns of its rollouts (one decimal). The p-values are recomputed by the campaign's own oracle
+(``StatisticalOracle`` of ``orchestrator/fuzzers/oracles.py`` with the run's repeats, alpha and
+delta); the table's "bugs" column must equal the campaign's own
 count in its ``optimality_summary.json``, which the script checks.
 """
 
@@ -32,6 +34,9 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from orchestrator.fuzzers.oracles import StatisticalOracle  # noqa: E402
 
 
 def extract(run_dir: Path, out: Path) -> Path | None:
@@ -55,8 +60,6 @@ def extract(run_dir: Path, out: Path) -> Path | None:
 
 
 def table(folder: Path) -> str:
-    from scipy.stats import mannwhitneyu
-
     lines = ["| campaign | fuzzer | challenger (seed) | cases | AUT mean | challenger mean | cases CA mean > AUT mean "
              "| cases CA ahead in most pairs (U > 12.5 of 25) | smallest p | bugs (p < 0.05) "
              "| sd of the AUT's case means (wind alone) | CA - AUT per case: mean, sd (wind alone) |",
@@ -67,13 +70,14 @@ def table(folder: Path) -> str:
         df = pd.read_csv(csv)
         a = df[[c for c in df.columns if c.startswith("aut_")]].to_numpy()
         c = df[[c for c in df.columns if c.startswith("ca_")]].to_numpy()
-        p = np.array([mannwhitneyu(ci, ai, alternative="greater").pvalue if np.ptp(np.r_[ci, ai]) else 1.0
-                      for ai, ci in zip(a, c)])
+        oracle = StatisticalOracle(repeats=summary["repeats"], alpha=summary["alpha"], delta=summary["delta"])
+        is_bug, p = oracle.judge(a, c)
         u = np.array([(ci[:, None] > ai[None, :]).sum() + 0.5 * (ci[:, None] == ai[None, :]).sum()
                       for ai, ci in zip(a, c)])
-        bugs = int((p < 0.05).sum())
+        bugs = int(is_bug.sum())
         if bugs != summary["bugs"]:
-            sys.exit(f"{name}: {bugs} cases with p < 0.05 here, {summary['bugs']} bugs in its optimality_summary.json")
+            sys.exit(f"{name}: {bugs} cases with p < {oracle.alpha:g} here, {summary['bugs']} bugs in its "
+                     f"optimality_summary.json")
         algo = Path(summary["challenger"]).parent.name.upper()
         n = a.shape[1]
         d = c.mean(1) - a.mean(1)
