@@ -21,7 +21,7 @@ from orchestrator.analysis.report import NOT_IN_RUN, ReportError, write_report
 REPO = Path(__file__).resolve().parents[1]
 COMMITTED = ("delta-local-rq1", "delta-local-rq2-rq3", "delta-local-table7", "llmtester-table2",
              "delta-rq1-local-CartPole-paper-aut", "delta-paper-cases-rq2-rq3", "delta-paper-cases-rq1",
-             "delta-mujoco-local")
+             "delta-mujoco-local", "delta-table7-hopper-noise-challengers")
 
 
 def look(html_file: Path, tmp: Path, *, width: int = 1280, height: int = 900) -> dict:
@@ -238,6 +238,12 @@ def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
         assert "| CQL | 1.6 ± 14.1 (n=3) | 3996.5 ± 68.5 |" in md  # CQL at 10k steps falls at once on Walker2d
         assert "| Hopper-v5 | bugs | 105.0 ± 52.9 (n=3) | mdpfuzz 101.3 ± 63.9 (n=3) | +3.6% | 1.000 |" in md
         assert "| CQL | 281.2 ± 284.9 (n=3) | 3173.8 ± 20.8 |" in md  # the weak laptop-budget CQL, as measured
+    if folder == "delta-table7-hopper-noise-challengers":
+        # issue #18: Table 7's top half (Delta with BCQ and CQL challengers, 3 seeds, statistical oracle):
+        # no bug, and the AUT's success rate in the wind is reported beside the challengers'
+        assert "6 campaigns on 1 scenario(s)" in md
+        assert "| BCQ | 0.0 ± 0.0 (n=3) | 87.8 ± 23.3 |" in md and "| CQL | 0.0 ± 0.0 (n=3) | 65.2 ± 22.8 |" in md
+        assert "| AUT (zoo:Hopper-Noise) | 3451.4 ± 21.3 (100 episodes) |  | 96.0 [90.2, 98.4] |  |" in md
     if folder == "delta-paper-cases-rq1":
         # issue #17's RQ1 at 5,000 cases: Delta with BC, BCQ, CQL, 5 seeds, three scenarios
         assert "45 campaigns on 3 scenario(s)" in md
@@ -266,7 +272,7 @@ def test_table7_cases_agree_with_their_campaigns():
     mod = runpy.run_path(str(REPO / "experiments" / "results" / "table7_margins.py"))
     table = mod["table"](folder)
     rows = [ln for ln in table.splitlines() if ln.startswith("| delta-table7-")]
-    assert len(rows) == len(list(folder.glob("*.cases.csv"))) >= 12
+    assert len(rows) == len(list(folder.glob("*.cases.csv"))) == 18  # the whole grid's 18 campaigns
     readme = (folder / "README.md").read_text()
     assert all(row in readme for row in rows)
 
