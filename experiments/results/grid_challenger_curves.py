@@ -6,7 +6,7 @@ trains each seed's BC, BCQ and CQL once, so these records are the learning curve
 scenario at the profile's budget (experiments/challengers/mujoco-local.yaml says Walker2d-v5's
 curve is read here). Reads ``<campaign>.challenger-<algo>.training.json`` and prints, per
 algorithm, the watch return at each epoch for every seed, then each challenger's card
-(``<campaign>.challenger-<algo>.card.json``: its 100-episode mean), training seconds and steps/s.
+(``<campaign>.challenger-<algo>.card.json``: its evaluation's mean), training seconds and steps/s.
 
     .venv/bin/python experiments/results/grid_challenger_curves.py experiments/results/delta-mujoco-local-summaries \\
         --scenario Walker2d-v5
@@ -50,13 +50,13 @@ def main(argv=None) -> int:
                 h = by_seed[s][0]["history"]
                 cells.append(f"{h[i]['eval_return']:.1f}" if i < len(h) and h[i].get("eval_return") is not None else "")
             print(f"| {step} | " + " | ".join(cells) + " |")
-        fin = []
+        fin, n_card = [], {by_seed[s][1]["evaluation"]["episodes"] for s in seeds}
         for s in seeds:
             t, card = by_seed[s]
             mean = card["evaluation"]["mean_return"]
             ups = [h["updates_per_second"] for h in t["history"] if h.get("updates_per_second")]
             fin.append(f"{mean:.1f}, {t['wall_seconds']:.0f} s, {sum(ups) / len(ups):.1f} steps/s")
-        print("| card (100 episodes), training | " + " | ".join(fin) + " |\n")
+        print(f"| card ({'/'.join(map(str, sorted(n_card)))} episodes), training | " + " | ".join(fin) + " |\n")
     return 0
 
 
