@@ -7,6 +7,7 @@ Without it these tests fail, naming that command.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -188,6 +189,43 @@ def test_report_is_made_again_from_its_saved_data(runs, tmp_path):
     assert tables == [ln for ln in b.splitlines() if ln.startswith("|")]
     assert again["videos"] == first["videos"] == 2 and again["figures"] == first["figures"]
     assert "from the data saved beside it" in b
+
+
+def test_a_saved_report_grows_with_added_run_folders(runs, tmp_path, capsys):
+    """A results folder whose run folders are gone takes more runs (``deltarl report FOLDER --add
+    RUN_DIR``): the saved campaigns keep their rows and bug videos, the added ones join them, adding
+    the same run again replaces it (nothing counted twice), another seed of a saved campaign stays
+    apart, and a folder that is not a run is refused with exit 2 and the report left as it was."""
+    from orchestrator.cli import main
+
+    write_report(runs / "grid", tmp_path / "a")
+    folder = tmp_path / "folder"
+    shutil.copytree(tmp_path / "a", folder)
+    before = pd.read_parquet(folder / "report_data" / "runs.parquet")
+    out = write_report(folder, add=[runs / "full", runs / "safety-only"])
+    md = Path(out["markdown"]).read_text()
+    grown = pd.read_parquet(folder / "report_data" / "runs.parquet")
+    assert sorted(grown["campaign"]) == sorted([*before["campaign"], "full", "safety-only"])
+    assert grown.set_index("campaign").loc[list(before["campaign"]), "bugs"].tolist() == before["bugs"].tolist()
+    full = json.loads((runs / "full" / "summary.json").read_text())
+    assert grown.set_index("campaign").loc["full", "failures"] == full["failures"] > 0
+    assert out["videos"] == 2 and "and 2 run folder(s) added to it" in md  # the saved videos kept
+    assert "| full |" in md and "| safety-only |" in md
+    again = write_report(folder, add=[runs / "full"])  # once more: replaced, not counted twice
+    assert sorted(pd.read_parquet(folder / "report_data" / "runs.parquet")["campaign"]) == sorted(grown["campaign"])
+    assert [ln for ln in Path(again["markdown"]).read_text().splitlines() if ln.startswith("|")] == \
+        [ln for ln in md.splitlines() if ln.startswith("|")]
+    other = tmp_path / "other-seed"  # the "full" campaign with seed 1: kept apart from the saved seed 0
+    p = campaign(tmp_path, "full", seed=1, optimality=None)
+    p.write_text(p.read_text().replace(f"output: {tmp_path / 'full'}", f"output: {other}"))
+    run(p)
+    write_report(folder, add=[other])
+    names = set(pd.read_parquet(folder / "report_data" / "runs.parquet")["campaign"])
+    assert {"full", "full@other-seed"} <= names and len(names) == len(grown) + 1
+    saved = (folder / "report.md").read_text()
+    (tmp_path / "not-a-run").mkdir()
+    assert main(["report", str(folder), "--add", str(tmp_path / "not-a-run")]) == 2
+    assert "not a run folder" in capsys.readouterr().err and (folder / "report.md").read_text() == saved
 
 
 def assert_challengers_find_other_bugs(src: Path) -> set:

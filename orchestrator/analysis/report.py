@@ -35,7 +35,7 @@ import yaml
 from orchestrator.analysis.document import CSS, Doc
 from orchestrator.analysis.llmtester_tables import load_paper as load_llmtester_paper
 from orchestrator.analysis.llmtester_tables import section_table2
-from orchestrator.analysis.report_data import DATA_DIR, ReportData, ReportError, collect
+from orchestrator.analysis.report_data import DATA_DIR, ReportData, ReportError, add_runs, collect
 from orchestrator.analysis.sections import (
     BASELINES,
     METRICS,
@@ -75,11 +75,12 @@ def _scenario(name: str):
         return None
 
 
-def make_videos(data: ReportData, per_scenario: int = 2, *, max_frames: int = 60) -> dict:
+def make_videos(data: ReportData, per_scenario: int = 2, *, max_frames: int = 60, skip=()) -> dict:
     """Render the top ``per_scenario`` bugs of each scenario (largest challenger-over-AUT margin,
-    among the Delta runs when there are any) as side-by-side GIFs; fills ``data.tables["videos"]``
-    and returns ``{file name: GIF bytes}``. Needs the run folders (the policies); a scenario that
-    cannot render is noted, not fatal."""
+    among the Delta runs when there are any) as side-by-side GIFs; adds them to
+    ``data.tables["videos"]`` and returns ``{file name: GIF bytes}``. Needs the run folders (the
+    policies): only the bugs of runs in ``data.run_dirs`` are candidates, and scenarios in
+    ``skip`` (those with saved videos) get none; a scenario that cannot render is noted, not fatal."""
     import numpy as np
 
     from workers.policies import load_policy
@@ -92,10 +93,10 @@ def make_videos(data: ReportData, per_scenario: int = 2, *, max_frames: int = 60
 
     rows, gifs = [], {}
     bugs = data["bug_list"]
-    for sc in sorted(data["runs"]["scenario"].dropna().unique()):
+    for sc in sorted(set(data["runs"]["scenario"].dropna()) - set(skip)):
         units = optimality_units(data["runs"], sc)
         focus = units[units["method"] == "delta"] if (units["method"] == "delta").any() else units
-        b = bugs[bugs["campaign"].isin(focus["campaign"])].copy()
+        b = bugs[bugs["campaign"].isin(focus["campaign"]) & bugs["campaign"].isin(list(data.run_dirs))].copy()
         if b.empty:
             continue
         b["margin"] = b["ca_return"] - b["aut_return"]
@@ -123,7 +124,7 @@ def make_videos(data: ReportData, per_scenario: int = 2, *, max_frames: int = 60
                          "aut_return": e["AUT"].total, "ca_return": e["challenger"].total,
                          "aut_length": e["AUT"].length, "ca_length": e["challenger"].length})
     if rows:
-        data.tables["videos"] = pd.DataFrame(rows)
+        data.tables["videos"] = pd.concat([data["videos"], pd.DataFrame(rows)], ignore_index=True)
     return gifs
 
 
@@ -141,7 +142,9 @@ def build(path: str | Path, *, max_sequences: int = 300, videos: int = 2, data: 
     doc = Doc(f"deltarl report: {data.title}")
     n_scen = runs["scenario"].nunique()
     what = "a run folder" if single else "a grid" if data.kind == "grid" else "a folder of runs"
-    src = "" if data.run_dirs else f" from the data saved beside it (`{DATA_DIR}/`)"
+    src = "" if data.run_dirs and not data.added else f" from the data saved beside it (`{DATA_DIR}/`)"
+    if data.added:
+        src += f" and {data.added} run folder(s) added to it (`--add`)"
     doc.p(f"`{data.source}`: {what}" + ("" if single else f", {len(runs)} campaigns on {n_scen} scenario(s)") + src
           + ". Cells are mean ± 95% CI margin over independent runs with their n (a safety run or challenger that "
             "several campaigns share counts once); \"paper\": the Delta paper's numbers "
@@ -189,13 +192,17 @@ def _saved_gifs(root: Path, data: ReportData) -> dict:
 
 
 def write_report(path: str | Path, out: str | Path | None = None, *, max_sequences: int = 300,
-                 videos: int = 2) -> dict:
-    """Build the report of ``path`` and write ``report.md`` (figures in ``report_files/``), the
-    self-contained ``report.html`` and the data behind them (``report_data/``) into ``out``
-    (default: ``path``)."""
+                 videos: int = 2, add=()) -> dict:
+    """Build the report of ``path`` (with the run folders ``add`` added: :func:`add_runs`) and
+    write ``report.md`` (figures in ``report_files/``), the self-contained ``report.html`` and the
+    data behind them (``report_data/``) into ``out`` (default: ``path``)."""
     path = Path(path)
     data = collect(path, max_sequences=max_sequences)
     gifs = make_videos(data, videos) if data.run_dirs else _saved_gifs(path, data)
+    if add:
+        data = add_runs(data, add, max_sequences=max_sequences)
+        saved = set(data["videos"]["scenario"]) if data.has("videos") else set()
+        gifs.update(make_videos(data, videos, skip=saved))
     doc = build(path, data=data, gifs=gifs)
     out = Path(out) if out is not None else path
     out.mkdir(parents=True, exist_ok=True)

@@ -59,6 +59,7 @@ class ReportData:
     tables: dict = field(default_factory=dict)  # name -> DataFrame
     notes: list = field(default_factory=list)  # what this data cannot show, and why
     run_dirs: dict = field(default_factory=dict)  # campaign -> run folder (only when collected from runs)
+    added: int = 0  # run folders added (--add) to data that was saved without its run folders
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         t = self.tables.get(name)
@@ -310,15 +311,25 @@ def collect(root: str | Path, *, max_sequences: int = 300) -> ReportData:
     for r in runs:  # two runs of one campaign file (another seed) keep apart: named by their folder
         if names[r.name] > 1:
             r.alias = f"{r.name}@{r.dir.relative_to(root) if r.dir != root else r.dir.name}"
-    table = pd.DataFrame([run_row(r) for r in runs])
+    tables, said = _tables(runs, max_sequences)
     if grid_df is not None and "status" in grid_df:  # failed campaigns have no run folder worth reading
         failed = grid_df[grid_df["status"] != "done"]
         if len(failed):
+            table = tables["runs"]
             extra = from_grid_table(failed, root)["runs"]
-            table = pd.concat([table, extra[~extra["campaign"].isin(table["campaign"])]], ignore_index=True)
+            tables["runs"] = pd.concat([table, extra[~extra["campaign"].isin(table["campaign"])]], ignore_index=True)
+    kind = "run" if single else "grid" if grid_df is not None else "collection"
+    title = runs[0].name if single else root.name
+    data = ReportData(kind, title, str(root), {k: v for k, v in tables.items() if v is not None}, said,
+                      {r.name: r.dir for r in runs})
+    return data
+
+
+def _tables(runs: list[Run], max_sequences: int) -> tuple[dict, list[str]]:
+    """The report's tables (None where a table has no rows) of these runs, and what could not be read."""
     behaviour, dendrograms, said = _behaviour(runs, max_sequences)
-    tables = {
-        "runs": table,
+    return {
+        "runs": pd.DataFrame([run_row(r) for r in runs]),
         "agents": _concat([pd.DataFrame(agent_rows(r)) for r in runs]),
         "timelines": _concat([df for r in runs for df in _timeline_rows(r)]),
         "bug_list": _concat([_bug_rows(r) for r in runs]),
@@ -326,12 +337,60 @@ def collect(root: str | Path, *, max_sequences: int = 300) -> ReportData:
         "cases": _concat([_case_rows(r) for r in runs]),
         "behaviour": behaviour,
         "dendrograms": dendrograms,
-    }
-    kind = "run" if single else "grid" if grid_df is not None else "collection"
-    title = runs[0].name if single else root.name
-    data = ReportData(kind, title, str(root), {k: v for k, v in tables.items() if v is not None}, said,
-                      {r.name: r.dir for r in runs})
-    return data
+    }, said
+
+
+def add_runs(base: ReportData, dirs, *, max_sequences: int = 300) -> ReportData:
+    """``base`` (typically a results folder's saved ``report_data/``, whose run folders are gone)
+    with the run folders ``dirs`` added: a results folder grows as its campaigns finish, in other
+    sessions or on other machines (``deltarl report FOLDER --add RUN_DIR``).
+
+    An added run is named by its campaign name, or ``name@folder`` where that name is shared (by
+    another added run, or by a saved campaign of another seed). An added run whose name (or
+    ``name@folder``) is already saved *replaces* it, so adding a resumed or repeated run again
+    changes nothing twice. The saved bug videos and dendrograms are kept; the added runs get
+    them only for scenarios that had none."""
+    dirs = [Path(d) for d in dirs]
+    for d in dirs:
+        if not d.is_dir() or not is_run(d):
+            raise ReportError(f"--add {d}: not a run folder (no store.json, campaign.json or summary.json there); "
+                              f"give the folder a campaign wrote (its output:, or deltarl run --out)")
+    runs = [Run.load(d) for d in dirs]
+    saved_runs = base["runs"]
+    saved = set(saved_runs["campaign"]) if not saved_runs.empty else set()
+    names = Counter(r.name for r in runs)
+    for r in runs:
+        n, at = r.name, f"{r.name}@{r.dir.name}"
+        same = saved_runs[saved_runs["campaign"] == n] if saved else saved_runs
+        if names[n] > 1 or at in saved:
+            r.alias = at
+        elif n in saved and not (same["seed"] == r.seed).all():
+            r.alias = at  # the saved one is another seed: keep both
+        elif n not in saved and any(str(c).startswith(f"{n}@") for c in saved):
+            r.alias = at
+    if len({r.name for r in runs}) < len(runs):
+        dup = Counter(r.name for r in runs).most_common(1)[0][0]
+        raise ReportError(f"--add: two run folders would both be reported as {dup}; give each its own folder name")
+    new, said = _tables(runs, max_sequences)
+    replaced = {r.name for r in runs}
+    order = {c: i for i, c in enumerate(saved_runs["campaign"])} if saved else {}
+    tables = {}
+    for name in set(base.tables) | set(new):
+        old = base.tables.get(name)
+        if old is not None and "campaign" in old:
+            old = old[~old["campaign"].isin(replaced)]
+        add = new.get(name)
+        if name == "dendrograms" and old is not None and add is not None and "scenario" in add:
+            add = add[~add["scenario"].isin(set(old["scenario"]))]
+        merged = _concat([old, add]) if name != "failure_list" else _dedupe_failures(_concat([old, add]))
+        if merged is not None and "campaign" in merged:  # a replaced campaign keeps its place
+            at = merged["campaign"].map(order).fillna(len(order))
+            merged = merged.iloc[np.argsort(at.to_numpy(), kind="stable")].reset_index(drop=True)
+        if merged is not None:
+            tables[name] = merged
+    kind = "collection" if base.kind == "run" else base.kind
+    return ReportData(kind, base.title, base.source, tables, list(base.notes) + said, {r.name: r.dir for r in runs},
+                      added=len(runs) if not base.run_dirs else 0)
 
 
 def _dedupe_failures(f: pd.DataFrame | None) -> pd.DataFrame | None:

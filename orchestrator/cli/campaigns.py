@@ -145,11 +145,11 @@ def cmd_replay(args) -> int:
 def cmd_report(args) -> int:
     from orchestrator.analysis.report import write_report
 
-    out = write_report(args.path, args.out, max_sequences=args.max_sequences, videos=args.videos)
+    out = write_report(args.path, args.out, max_sequences=args.max_sequences, videos=args.videos, add=args.add or ())
     print(f"{out['tables']} tables, {out['figures']} figures ({out['videos']} bug videos)\n  {out['markdown']}\n"
           f"  {out['html']}  (self-contained)\n  {out['data']}/  (the data behind it: deltarl report makes it again "
           f"from this folder alone)")
-    unreadable = _unreadable_files(Path(args.path))
+    unreadable = [f for p in (args.path, *(args.add or ())) for f in _unreadable_files(Path(p))]
     for line in unreadable:  # a report with figures silently missing must not look complete
         print(f"deltarl: warning: could not read {line}; the report leaves it out", file=sys.stderr)
     return 1 if unreadable else 0
@@ -292,8 +292,13 @@ def register(sub) -> None:
                        "bugs over time, over the initial-state grid, AUT vs challenger returns, behaviour clusters (DTW); "
                        "every campaign's numbers last. Beside report.md and report.html it writes report_data/ (Parquet): "
                        "the folder alone makes the report again. PATH: a run folder, a grid folder (results.parquet), a "
-                       "folder of runs, or a folder with an earlier report's report_data/.")
-    p.add_argument("path", help="run folder, grid folder or folder of run folders")
+                       "folder of runs, or a folder with an earlier report's report_data/. --add RUN_DIR adds a run "
+                       "folder to it (repeatable): a committed results folder grows as its campaigns finish; an added "
+                       "run of a campaign already there replaces it.")
+    p.add_argument("path", help="run folder, grid folder, folder of run folders, or a folder with a saved report_data/")
+    p.add_argument("--add", action="append", metavar="RUN_DIR",
+                   help="add this run folder to PATH's report (repeatable; a saved campaign of the same name and "
+                        "seed is replaced)")
     p.add_argument("--out", default=None, type=out_arg,
                    help="where to write report.md, report.html, report_files/ (default: PATH)")
     p.add_argument("--max-sequences", type=int, default=300,
