@@ -142,9 +142,9 @@ def build(path: str | Path, *, max_sequences: int = 300, videos: int = 2, data: 
     doc = Doc(f"deltarl report: {data.title}")
     n_scen = runs["scenario"].nunique()
     what = "a run folder" if single else "a grid" if data.kind == "grid" else "a folder of runs"
-    src = "" if data.run_dirs and not data.added else f" from the data saved beside it (`{DATA_DIR}/`)"
-    if data.added:
-        src += f" and {data.added} run folder(s) added to it (`--add`)"
+    # data saved without its run folders, with or without run folders added to it: the same words,
+    # so that the folder alone makes the same report again
+    src = "" if data.from_runs else f" from the data saved beside it (`{DATA_DIR}/`)"
     doc.p(f"`{data.source}`: {what}" + ("" if single else f", {len(runs)} campaigns on {n_scen} scenario(s)") + src
           + ". Cells are mean ± 95% CI margin over independent runs with their n (a safety run or challenger that "
             "several campaigns share counts once); \"paper\": the Delta paper's numbers "

@@ -61,6 +61,13 @@ class ReportData:
     run_dirs: dict = field(default_factory=dict)  # campaign -> run folder (only when collected from runs)
     added: int = 0  # run folders added (--add) to data that was saved without its run folders
 
+    @property
+    def from_runs(self) -> bool:
+        """Collected from run folders alone: what is missing is missing from the runs. False for
+        saved data, also with run folders added to it (the report then reads as the saved folder's
+        own report will, so that the folder alone makes it again)."""
+        return bool(self.run_dirs) and not self.added
+
     def __getitem__(self, name: str) -> pd.DataFrame:
         t = self.tables.get(name)
         return t if t is not None else pd.DataFrame()

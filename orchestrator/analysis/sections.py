@@ -382,7 +382,7 @@ def section_table1(doc: Doc, data, scenario: str, paper: dict) -> None:
         u = chs[chs["algo"] == algo]
         rows.append([algo.upper(), cell(u["mean_return"]), _paper_cell(p1.get(algo)), _rate(u), ""])
     if auts.empty and chs.empty:
-        doc.p(f"Challengers: {NOT_IN_RUN if data.run_dirs else 'not in the data behind this report'} (no card).")
+        doc.p(f"Challengers: {NOT_IN_RUN if data.from_runs else 'not in the data behind this report'} (no card).")
     elif len(rows) > 1 or not auts.empty:
         doc.table(["agent", "mean return ± 95% CI", "paper", "success rate % [Wilson 95%]", "paper"], rows,
                   caption=f"{scenario}: returns of the AUT and of the offline challengers trained on its test record D")
@@ -448,7 +448,7 @@ def section_behaviour(doc: Doc, data, scenario: str, paper: dict) -> None:
     b = data["behaviour"]
     b = b[b["scenario"] == scenario] if not b.empty else b
     if b.empty:
-        if data.run_dirs:
+        if data.from_runs:
             doc.p(f"Behaviour clustering: {NOT_IN_RUN} (no bugs.parquet: no optimality bugs were found or recorded).")
         else:
             doc.p("Behaviour clustering: not in the data behind this report (it needs the runs' steps/).")
@@ -607,7 +607,7 @@ def _dims_text(sc, dims) -> str:
 
 
 def _missing(data) -> str:
-    return NOT_IN_RUN if data.run_dirs else "not in the data behind this report"
+    return NOT_IN_RUN if data.from_runs else "not in the data behind this report"
 
 
 # -- bugs you can see ----------------------------------------------------------------------------
