@@ -59,14 +59,14 @@ class ReportData:
     tables: dict = field(default_factory=dict)  # name -> DataFrame
     notes: list = field(default_factory=list)  # what this data cannot show, and why
     run_dirs: dict = field(default_factory=dict)  # campaign -> run folder (only when collected from runs)
-    added: int = 0  # run folders added (--add) to data that was saved without its run folders
+    saved: bool = False  # made from a saved report_data/ (with run folders --add-ed to it or not)
 
     @property
     def from_runs(self) -> bool:
         """Collected from run folders alone: what is missing is missing from the runs. False for
         saved data, also with run folders added to it (the report then reads as the saved folder's
         own report will, so that the folder alone makes it again)."""
-        return bool(self.run_dirs) and not self.added
+        return bool(self.run_dirs) and not self.saved
 
     def __getitem__(self, name: str) -> pd.DataFrame:
         t = self.tables.get(name)
@@ -101,7 +101,8 @@ class ReportData:
         tables = {k: v for k, v in tables.items() if v is not None}
         if "runs" not in tables:
             raise ReportError(f"{d} holds no runs.parquet")
-        return cls(meta["kind"], meta["title"], meta.get("source", str(folder)), tables, list(meta.get("notes") or []))
+        return cls(meta["kind"], meta["title"], meta.get("source", str(folder)), tables, list(meta.get("notes") or []),
+                   saved=True)
 
 
 def has_saved_data(folder: str | Path) -> bool:
@@ -368,10 +369,9 @@ def add_runs(base: ReportData, dirs, *, max_sequences: int = 300) -> ReportData:
     names = Counter(r.name for r in runs)
     for r in runs:
         n, at = r.name, f"{r.name}@{r.dir.name}"
-        same = saved_runs[saved_runs["campaign"] == n] if saved else saved_runs
         if names[n] > 1 or at in saved:
             r.alias = at
-        elif n in saved and not (same["seed"] == r.seed).all():
+        elif n in saved and not (saved_runs.loc[saved_runs["campaign"] == n, "seed"] == r.seed).all():
             r.alias = at  # the saved one is another seed: keep both
         elif n not in saved and any(str(c).startswith(f"{n}@") for c in saved):
             r.alias = at
@@ -396,8 +396,9 @@ def add_runs(base: ReportData, dirs, *, max_sequences: int = 300) -> ReportData:
         if merged is not None:
             tables[name] = merged
     kind = "collection" if base.kind == "run" else base.kind
-    return ReportData(kind, base.title, base.source, tables, list(base.notes) + said, {r.name: r.dir for r in runs},
-                      added=len(runs) if not base.run_dirs else 0)
+    run_dirs = {**{c: d for c, d in base.run_dirs.items() if c not in replaced}, **{r.name: r.dir for r in runs}}
+    return ReportData(kind, base.title, base.source, tables, list(base.notes) + said, run_dirs,
+                      saved=not base.from_runs)
 
 
 def _dedupe_failures(f: pd.DataFrame | None) -> pd.DataFrame | None:
