@@ -115,13 +115,15 @@ def _per_run(doc: Doc, units: pd.DataFrame, scenario: str, methods: list[str], m
             rows.append([m, str(r["seed"]), num(r["failures"]), num(r.get("states_entire")), num(r.get("states_initial")),
                          num(r.get("states_terminal")), num(r.get("llm_calls")) if llm else "–",
                          num(r.get("llm_usable")) if llm else "–", num(r.get("llm_unchanged")) if llm else "–",
-                         _alpha(r.get("llm_alpha_final")) if llm else "–", num(r.get("safety_wall_seconds"))])
+                         _alpha(r.get("llm_alpha_final")) if llm and m != ABLATION else "–",
+                         num(r.get("safety_wall_seconds"))])
     doc.table(["method", "seed", "failures", "# entire", "# initial", "# terminal", "LLM calls", "usable replies",
                "replies = seed", "α at the end", "wall (s)"], rows, align="lrrrrrrrrrr", caption=f"{scenario}: every run")
     doc.note("Usable replies: a valid scenario came back (the others fell back to a random mutation); replies = seed: "
              "usable, and the seed itself as printed in the prompt (small models copy it). α: the multi-scale threshold "
              "after the last generation (percent of the database counted as high-potential, whose seeds get a random "
-             "mutation instead of the LLM; Eq. 6 moves it after each failure).")
+             "mutation instead of the LLM; Eq. 6 moves it after each failure); \"–\" for w/o ms, which asks the LLM "
+             "for every fuzzing test and never uses α.")
 
 
 def _alpha(v) -> str:
