@@ -148,6 +148,7 @@ class Scenario(abc.ABC):
     mutation_scale: float = 0.05  # std of the mutation as a fraction of (high - low)
     failure_rule: str = ""
     stochastic: bool = False  # needs repeats + a statistical oracle
+    integer_states: bool = False  # every initial-state value is an integer (e.g. BipedalWalker's obstacle kinds)
     # what ``inference: auto`` (the default) picks, and why (docs/verdicts.md): "alone" where a
     # simulator step costs many times a policy row, so acting alone costs little and nothing is re-run
     inference_default: str = "batched"

@@ -383,6 +383,7 @@ class BipedalWalker(Scenario):
     mutation_nonnull: bool = False  # redraw mutants equal to their parent (the replication's guard)
     failure_rule: str = "the walker fell (hull touched the ground) or walked off the start (x < 0): terminated, reward -100"
     stochastic: bool = True  # obstacle sizes and the initial push follow the episode seed
+    integer_states: bool = True  # obstacle kinds 1, 2, 3 (an LLM's reply schema lists them)
     inference_default: str = "alone"
     inference_why: str = ("Box2D amplifies the last-bit differences of batched actions over 600 steps, so batched "
                           "episodes say little about the deployed agent (docs/verdicts.md); a Box2D step costs many "

@@ -536,6 +536,25 @@ def test_tolerant_parsing_of_what_models_write():
             pass
 
 
+def test_integer_states_are_listed_in_the_schema_and_printed_as_integers():
+    """BipedalWalker's obstacle kinds: the reply schema allows 1, 2 and 3 only (a constrained model
+    cannot write 0.2 or 3.5), the prompt shows the seed as integers; real-valued states stay numbers."""
+    from orchestrator.fuzzers.llm_prompt import reply_schema, state_json
+
+    bw = get_scenario("BipedalWalker")
+    s = reply_schema(bw, reasoning=False)
+    assert all(v == {"type": "integer", "enum": [1, 2, 3]} for v in s["properties"].values())
+    assert len(s["properties"]) == 15 and reply_schema(bw, reasoning=True)["properties"]["new_state"] == s
+    seed = np.array([1, 2, 3] * 5, dtype=np.float64)
+    shown = json.loads(state_json(bw, seed))
+    assert list(shown.values()) == [1, 2, 3] * 5 and '"obstacle_1": 1,' in state_json(bw, seed)
+    np.testing.assert_array_equal(parse_reply(state_json(bw, seed), bw), seed)
+    cp = get_scenario("CartPole-v1")
+    assert all(v == {"type": "number"} for v in reply_schema(cp, reasoning=False)["properties"].values())
+    assert json.loads(state_json(cp, np.array([0.5, 0.0, -0.01, 1.0]))) == {"x": 0.5, "x_dot": 0.0, "theta": -0.01,
+                                                                            "theta_dot": 1.0}
+
+
 def test_response_format_auto_steps_down_to_what_the_server_takes(tmp_path):
     """``response_format: auto`` sends OpenAI's json_schema; a server that refuses it (as
     llama-cpp-python's does, with HTTP 500) gets llama.cpp's json_object + schema from then on, and

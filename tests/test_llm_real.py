@@ -176,6 +176,28 @@ def test_schema_constrained_replies_of_the_real_model_parse(server, tmp_path):
 
 @needs_model
 @pytest.mark.slow
+def test_integer_states_get_only_valid_kinds_from_the_real_model(server, tmp_path):
+    """BipedalWalker's state is 15 obstacle kinds in {1, 2, 3}: the schema lists them, so every
+    schema-constrained reply of the 135M model is a valid obstacle sequence (with ``number`` it
+    wrote 0.2, 3.5 or 12.07 in 8% of replies, benchmarks/llm_local_model.py)."""
+    sc = get_scenario("BipedalWalker")
+    cfg = LLMConfig(base_url=server.base_url, model=server.model, api_key_env="", max_tokens=256, max_concurrent=1,
+                    requests_per_minute=6000, timeout_s=120, response_format="json_object", reasoning=False)
+    pool = LocalLLMPool(cfg, tmp_path / "llm")
+    try:
+        replies = pool.generate(_requests(sc, 2, "json", reply_schema(sc, reasoning=False)))
+    finally:
+        pool.close()
+    assert all(r["ok"] for r in replies), [r["error"] for r in replies]
+    for r in replies:
+        obj = json.loads(r["text"])
+        assert set(obj) == set(sc.state_names) and set(obj.values()) <= {1, 2, 3}, r["text"]
+        assert all(type(v) is int for v in obj.values()), r["text"]  # "2", not "2.0"
+        np.testing.assert_array_equal(parse_reply(r["text"], sc), [obj[n] for n in sc.state_names])
+
+
+@needs_model
+@pytest.mark.slow
 def test_unconstrained_replies_never_crash_and_are_counted(server):
     """Without the schema the small model answers in prose, fences or shapes of its own: whatever it
     says, the fuzzer takes a state or counts the reply as invalid (and falls back), never crashes."""

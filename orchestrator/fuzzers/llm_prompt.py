@@ -85,6 +85,8 @@ def state_lines(scenario) -> list[str]:
 
 
 def state_json(scenario, state: np.ndarray, digits: int = 6) -> str:
+    if getattr(scenario, "integer_states", False):  # obstacle kinds as 2, not 2.0 (what the schema asks for)
+        return json.dumps({n: int(round(float(v))) for n, v in zip(scenario.state_names, state)})
     return json.dumps({n: float(f"{float(v):.{digits}g}") for n, v in zip(scenario.state_names, state)})
 
 
@@ -98,11 +100,26 @@ STEPS = (("scenario_analysis", "Scenario Analysis",
 STATE_KEY = "new_state"  # the state's key in a JSON reply with reasoning fields
 
 
+ENUM_MOST = 32  # integer states with at most this many valid values get them listed in the schema
+
+
+def _value_schema(scenario, j: int) -> dict:
+    """One state value: a number, or for integer states an integer (listed when the valid range is
+    small: a schema-constrained model can then only write a valid kind, in one token)."""
+    if not getattr(scenario, "integer_states", False):
+        return {"type": "number"}
+    lo, hi = float(scenario.low[j]), float(scenario.high[j])
+    if np.isfinite(lo) and np.isfinite(hi) and hi - lo < ENUM_MOST:
+        return {"type": "integer", "enum": list(range(int(np.ceil(lo)), int(np.floor(hi)) + 1))}
+    return {"type": "integer"}
+
+
 def state_schema(scenario) -> dict:
-    """JSON schema of a state: an object with every state name as a number, nothing else."""
+    """JSON schema of a state: an object with every state name as a number (an integer, from a
+    listed set where it is small, for integer states), nothing else."""
     names = list(scenario.state_names)
-    return {"type": "object", "properties": {n: {"type": "number"} for n in names}, "required": names,
-            "additionalProperties": False}
+    return {"type": "object", "properties": {n: _value_schema(scenario, j) for j, n in enumerate(names)},
+            "required": names, "additionalProperties": False}
 
 
 def reply_schema(scenario, reasoning: bool = True) -> dict:
