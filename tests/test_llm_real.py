@@ -145,6 +145,21 @@ safety:
           f"{s['llm_unchanged']} unchanged seeds")
 
 
+def _ask_for_states(server, sc, tmp_path, *, max_tokens: int, response_format: str) -> list[dict]:
+    """Two schema-constrained requests for a new state of ``sc`` to the real model, one at a time;
+    every reply came back (the audit in ``tmp_path/llm``)."""
+    cfg = LLMConfig(base_url=server.base_url, model=server.model, api_key_env="", max_tokens=max_tokens,
+                    max_concurrent=1, requests_per_minute=6000, timeout_s=120, response_format=response_format,
+                    reasoning=False)
+    pool = LocalLLMPool(cfg, tmp_path / "llm")
+    try:
+        replies = pool.generate(_requests(sc, 2, "json", reply_schema(sc, reasoning=False)))
+    finally:
+        pool.close()
+    assert all(r["ok"] for r in replies), [r["error"] for r in replies]
+    return replies
+
+
 @needs_model
 @pytest.mark.slow
 def test_schema_constrained_replies_of_the_real_model_parse(server, tmp_path):
@@ -152,14 +167,7 @@ def test_schema_constrained_replies_of_the_real_model_parse(server, tmp_path):
     (HTTP 500), the client steps down to llama.cpp's json_object + schema once, and every reply of
     the 135M model is then a JSON object with exactly the state's keys, as numbers."""
     sc = get_scenario("CartPole-v1")
-    cfg = LLMConfig(base_url=server.base_url, model=server.model, api_key_env="", max_tokens=128, max_concurrent=1,
-                    requests_per_minute=6000, timeout_s=120, response_format="auto", reasoning=False)
-    pool = LocalLLMPool(cfg, tmp_path / "llm")
-    try:
-        replies = pool.generate(_requests(sc, 2, "json", reply_schema(sc, reasoning=False)))
-    finally:
-        pool.close()
-    assert all(r["ok"] for r in replies), [r["error"] for r in replies]
+    replies = _ask_for_states(server, sc, tmp_path, max_tokens=128, response_format="auto")
     assert [r["response_format"] for r in replies] == ["json_object"] * 2
     assert replies[0]["attempts"] == 2 or all(r["attempts"] == 1 for r in replies)  # one step down, not retried
     for r in replies:  # the schema fixes the form (every key, numbers); the bounds are the model's business
@@ -181,15 +189,7 @@ def test_integer_states_get_only_valid_kinds_from_the_real_model(server, tmp_pat
     schema-constrained reply of the 135M model is a valid obstacle sequence (with ``number`` it
     wrote 0.2, 3.5 or 12.07 in 8% of replies, benchmarks/llm_local_model.py)."""
     sc = get_scenario("BipedalWalker")
-    cfg = LLMConfig(base_url=server.base_url, model=server.model, api_key_env="", max_tokens=256, max_concurrent=1,
-                    requests_per_minute=6000, timeout_s=120, response_format="json_object", reasoning=False)
-    pool = LocalLLMPool(cfg, tmp_path / "llm")
-    try:
-        replies = pool.generate(_requests(sc, 2, "json", reply_schema(sc, reasoning=False)))
-    finally:
-        pool.close()
-    assert all(r["ok"] for r in replies), [r["error"] for r in replies]
-    for r in replies:
+    for r in _ask_for_states(server, sc, tmp_path, max_tokens=256, response_format="json_object"):
         obj = json.loads(r["text"])
         assert set(obj) == set(sc.state_names) and set(obj.values()) <= {1, 2, 3}, r["text"]
         assert all(type(v) is int for v in obj.values()), r["text"]  # "2", not "2.0"
