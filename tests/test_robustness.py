@@ -458,16 +458,20 @@ def _listening(pids: set[int]) -> list[tuple[int, str]]:
 
 
 DRIVER = """
-import os, sys, time
+import os, signal, sys, time
 from orchestrator.cluster.driver import start_ray
 import ray
+def mine(signum, frame):  # deltarl's SIGTERM-as-Ctrl-C stands here: ray.init must not replace it
+    raise KeyboardInterrupt
+signal.signal(signal.SIGTERM, mine)
 start_ray(num_cpus=1, dashboard=sys.argv[1] == "dashboard", object_store_bytes=1 << 28)
 
 @ray.remote
 def pid():
     return os.getpid()
 
-print("READY", ray.get(pid.remote()), flush=True)
+print("READY", ray.get(pid.remote()), "sigterm-kept" if signal.getsignal(signal.SIGTERM) is mine else "sigterm-lost",
+      flush=True)
 time.sleep(600)
 """
 
@@ -485,6 +489,7 @@ def test_a_local_cluster_listens_on_loopback_only_and_dies_with_its_driver(mode)
     try:
         line = proc.stdout.readline()
         assert line.startswith("READY"), line
+        assert line.split()[-1] == "sigterm-kept", line  # the driver's own SIGTERM handler survives ray.init
         tree = _tree(proc.pid)
         sockets = _listening(tree)
         names = {pid: Path(f"/proc/{pid}/comm").read_text().strip() for pid, _ in sockets}
@@ -753,7 +758,12 @@ def test_truncated_parquet_parts(tmp_path, capsys, clean_run):
     assert tree_digest(out) == before
 
 
-def test_sigint_prints_the_resume_hint_without_a_traceback(tmp_path):
+@pytest.mark.parametrize("sig, code, words", [(signal.SIGINT, 130, "interrupted"),
+                                               (signal.SIGTERM, 143, "terminated (SIGTERM)")])
+def test_sigint_and_sigterm_print_the_resume_hint_without_a_traceback(tmp_path, sig, code, words):
+    """Ctrl-C, and SIGTERM (``kill``, ``timeout``, Kubernetes) the same way: the campaign stops
+    cleanly and says how to continue (that a resume gives the uninterrupted record: the kill tests
+    above)."""
     out = tmp_path / "run"
     c = write_campaign(tmp_path / "c.yaml", out, safety=20000, more="")
     # SIGINT as a terminal's Ctrl-C delivers it: a suite started in the background of a
@@ -767,17 +777,17 @@ def test_sigint_prints_the_resume_hint_without_a_traceback(tmp_path):
     while time.time() < deadline and not list((out / "snapshots").glob("gen-*.pkl")):
         time.sleep(0.05)
     snapshot_seen = bool(list((out / "snapshots").glob("gen-*.pkl")))
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     try:
         _, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:  # say where it hangs: faulthandler prints every thread's stack on SIGABRT
         proc.send_signal(signal.SIGABRT)
         _, err = proc.communicate(timeout=30)
-        pytest.fail(f"deltarl did not exit within 60 s of SIGINT (a snapshot was seen: {snapshot_seen}); "
+        pytest.fail(f"deltarl did not exit within 60 s of {sig.name} (a snapshot was seen: {snapshot_seen}); "
                     f"its threads:\n{err[-8000:]}")
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err and "KeyboardInterrupt" not in err
-    assert f"deltarl: interrupted; continue it with: deltarl run --resume {out}" in err
+    assert proc.returncode == code, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err and "Terminated" not in err
+    assert f"deltarl: {words}; continue it with: deltarl run --resume {out}" in err
 
 
 def test_resume_with_a_campaign_file_or_out_is_refused(tmp_path, capsys, clean_run):

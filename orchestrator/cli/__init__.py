@@ -28,7 +28,7 @@ import sys
 import threading
 
 from orchestrator.cli import agents, campaigns, cluster, engine, llm
-from orchestrator.cli.common import EXIT_BAD_INPUT, bad_input_types
+from orchestrator.cli.common import EXIT_BAD_INPUT, bad_input_types, sigterm_as_interrupt, stopped
 
 COMMAND_GROUPS = (engine, agents, campaigns, cluster, llm)  # each module: its parsers beside their handlers
 
@@ -54,16 +54,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_BAD_INPUT
     try:
-        return int(args.func(args) or 0)
+        with sigterm_as_interrupt():  # `kill`, `timeout`, Kubernetes: the same clean stop as Ctrl-C
+            return int(args.func(args) or 0)
     except bad_input_types() as exc:
         print(f"deltarl: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # `deltarl scenarios | head`
         sys.stderr.close()
         return 0
-    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback (`deltarl run` adds how to resume)
-        print("\ndeltarl: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: one line, no traceback (`deltarl run` adds how to resume)
+        words, code = stopped(exc)
+        print(f"\ndeltarl: {words}", file=sys.stderr)
+        return code
 
 
 def entry() -> None:

@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-from orchestrator.cli.common import UsageError, out_arg, positive_int, seed_arg
+from orchestrator.cli.common import UsageError, out_arg, positive_int, seed_arg, stopped
 
 
 def cmd_run(args) -> int:
@@ -53,11 +53,12 @@ def cmd_run(args) -> int:
 
     try:
         results = run_campaign(campaign, resume=bool(args.resume), progress=not args.quiet)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM
         hint = (f"; continue it with: deltarl run --resume {campaign.output}"
                 if RunFolder(campaign.output).has_campaign() else "; nothing was kept")
-        print(f"\ndeltarl: interrupted{hint}", file=sys.stderr)
-        return 130
+        words, code = stopped(exc)
+        print(f"\ndeltarl: {words}{hint}", file=sys.stderr)
+        return code
     print(f"{campaign.name}: {campaign.scenario}, AUT {campaign.aut}\n")
     print(summary_table(results))
     if args.keep_dashboard is not None:

@@ -1,12 +1,49 @@
-"""What every command module shares: the bad-input error types and exit code, atomic JSON."""
+"""What every command module shares: the bad-input error types and exit code, atomic JSON, and
+SIGTERM taken as Ctrl-C."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
+import threading
 from pathlib import Path
 
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as a shell reports it
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill``, ``timeout``, systemd, Kubernetes before its SIGKILL) raised where the
+    command is, as Ctrl-C raises ``KeyboardInterrupt``: every ``except KeyboardInterrupt`` and
+    ``finally`` on the way out runs, so a campaign stops the clean way (its snapshots kept, the
+    local LLM server and Ray shut down, the resume hint printed)."""
+
+
+def _raise_terminated(signum, frame):
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt():
+    """While the command runs (main thread only; elsewhere nothing changes), SIGTERM raises
+    :class:`Terminated`; the previous handler is back afterwards."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def stopped(exc: KeyboardInterrupt) -> tuple[str, int]:
+    """How a stopped command says so: ("interrupted", 130) for Ctrl-C, ("terminated (SIGTERM)", 143)."""
+    return ("terminated (SIGTERM)", EXIT_TERMINATED) if isinstance(exc, Terminated) else ("interrupted", EXIT_INTERRUPTED)
 
 
 class UsageError(ValueError):

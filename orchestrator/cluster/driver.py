@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Iterator
@@ -102,7 +103,7 @@ def start_ray(address: str | None = None, *, num_cpus: int | None = None, dashbo
             # a head on 127.0.0.1 is joined in Ray's single-machine mode: otherwise Ray rewrites the
             # loopback address to the machine's own and retries a GCS that never answers there
             loopback = address.rsplit(":", 1)[0] in ("127.0.0.1", "localhost")
-            with loopback_only() if loopback else contextlib.nullcontext():
+            with loopback_only() if loopback else contextlib.nullcontext(), keep_sigterm_handler():
                 ray.init(address=address, namespace=namespace, logging_level="WARNING")
         else:
             dashboard = _DASHBOARD["on"] if dashboard is None else dashboard
@@ -110,7 +111,7 @@ def start_ray(address: str | None = None, *, num_cpus: int | None = None, dashbo
                 # a loopback-only cluster without the dashboard needs no token (Ray >= 2.59
                 # turns token auth on by default for local clusters)
                 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            with loopback_only():
+            with loopback_only(), keep_sigterm_handler():
                 ray.init(
                     address="local",
                     num_cpus=num_cpus or os.cpu_count(),
@@ -125,6 +126,20 @@ def start_ray(address: str | None = None, *, num_cpus: int | None = None, dashbo
             if dashboard and _DASHBOARD["on"]:
                 print(dashboard_text(), file=sys.stderr)
     return ray.cluster_resources()
+
+
+@contextlib.contextmanager
+def keep_sigterm_handler():
+    """``ray.init`` sets its own SIGTERM handler in the driver (``sys.exit``); a handler the caller
+    had set (``deltarl``'s: SIGTERM as Ctrl-C, so a campaign stops the clean way and says how to
+    continue) is put back. Without one Ray's stays."""
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if callable(previous) and signal.getsignal(signal.SIGTERM) is not previous:
+            signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
