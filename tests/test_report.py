@@ -259,9 +259,11 @@ def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
     if folder == "llmtester-table2":  # Table II from the committed data: every ACAS Xu run, the paper beside it
         assert "| llmtester | 1 | 212 | 149 | 13 | 25 | 1600 | 1524 | 908 | 0.17 |" in md
         assert "| mdpfuzz | 313.0 ± 24.8 (n=3) | 92 |" in md
-        # issue #19: LLMTester w/o ms with the local model (seeds 0, 1; added with report --add)
+        # issue #19: LLMTester w/o ms with the local model (seeds 0, 1, then 2; added with report --add)
         assert "| llmtester w/o ms | 1 | 254 | 118 | 11 | 13 | 1777 | 1728 | 513 | – |" in md  # α unused: "–"
-        assert "LLM calls saved by the multi-scale strategy: 65.7% (583 calls per run with it, n=3; 1701" in md
+        assert "| llmtester w/o ms | 2 | 196 | 63 | 9 | 14 | 1694 | 1637 | 324 | – |" in md
+        assert "| llmtester w/o ms | the LLM's scenario | 4924 | 391 | 7.9% | 3 |" in md
+        assert "LLM calls saved by the multi-scale strategy: 65.7% (583 calls per run with it, n=3; 1699" in md
     if folder == "delta-rq1-local-CartPole-paper-aut":
         # issue #17: with the paper-quality AUT and the normalised energy, BC, BCQ and CQL find other bugs
         rows = [ln for ln in md.splitlines() if re.match(r"\| delta-rq1-00\d \|", ln)]
