@@ -85,7 +85,7 @@ def state_lines(scenario) -> list[str]:
 
 
 def state_json(scenario, state: np.ndarray, digits: int = 6) -> str:
-    if getattr(scenario, "integer_states", False):  # obstacle kinds as 2, not 2.0 (what the schema asks for)
+    if scenario.integer_states:  # obstacle kinds as 2, not 2.0 (what the schema asks for)
         return json.dumps({n: int(round(float(v))) for n, v in zip(scenario.state_names, state)})
     return json.dumps({n: float(f"{float(v):.{digits}g}") for n, v in zip(scenario.state_names, state)})
 
@@ -106,7 +106,7 @@ ENUM_MOST = 32  # integer states with at most this many valid values get them li
 def _value_schema(scenario, j: int) -> dict:
     """One state value: a number, or for integer states an integer (listed when the valid range is
     small: a schema-constrained model can then only write a valid kind, in one token)."""
-    if not getattr(scenario, "integer_states", False):
+    if not scenario.integer_states:
         return {"type": "number"}
     lo, hi = float(scenario.low[j]), float(scenario.high[j])
     if np.isfinite(lo) and np.isfinite(hi) and hi - lo < ENUM_MOST:
