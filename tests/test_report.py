@@ -264,10 +264,13 @@ def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
         assert "| llmtester w/o ms | 2 | 196 | 63 | 9 | 14 | 1694 | 1637 | 324 | – |" in md
         assert "| llmtester w/o ms | the LLM's scenario | 4924 | 391 | 7.9% | 3 |" in md
         assert "LLM calls saved by the multi-scale strategy: 65.7% (583 calls per run with it, n=3; 1699" in md
-        # issue #19: LLMTester on BipedalWalker with the local model (seeds 0, then 1; added with report --add)
+        # issue #19: LLMTester on BipedalWalker with the local model (seeds 0, 1, then 2; added with report --add)
         assert "| llmtester | 0 | 314 | 52630 | 3 | 305 | 513 | 513 | 93 | 41.6 | 8616 |" in md
         assert "| llmtester | 1 | 308 | 52169 | 3 | 307 | 727 | 727 | 131 | 29.2 | 13710 |" in md
-        assert "| llmtester | the LLM's scenario | 1240 | 197 | 15.9% | 2 |" in md
+        assert "| llmtester | 2 | 269 | 45979 | 3 | 268 | 725 | 725 | 128 | 41.6 | 13980 |" in md
+        assert "| llmtester | the LLM's scenario | 1965 | 281 | 14.3% | 3 |" in md
+        # three seeds each: LLMTester against MDPFuzz with a test (no difference shown)
+        assert "| failures | mdpfuzz | 297.0 ± 60.7 (n=3) | 313.0 ± 24.8 (n=3) | 0.95× | 3.0 | 0.700 | -0.86 |" in md
     if folder == "delta-rq1-local-CartPole-paper-aut":
         # issue #17: with the paper-quality AUT and the normalised energy, BC, BCQ and CQL find other bugs
         rows = [ln for ln in md.splitlines() if re.match(r"\| delta-rq1-00\d \|", ln)]
