@@ -8,7 +8,9 @@ four chat requests with the same long system message (``--facts`` sentences) and
 token: a fresh prompt, the same prompt again, and two prompts that differ only in the user
 message. Prints seconds per request and prompt tokens. LLMTester's prompts put the scenario
 information (the same for every request of a campaign) first and the seed, feedback and output
-section last, so a campaign's requests after the first pay for their variable tail only.
+section last, so a campaign's requests after the first pay for their variable tail only; with
+``prompt_layout: shared_first`` the feedback moves before the seed and the tail shrinks to the
+seed and the output section (``benchmarks/llm_prompt_layout.py`` measures both layouts).
 """
 
 from __future__ import annotations

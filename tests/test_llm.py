@@ -63,6 +63,72 @@ def test_prompt_follows_the_papers_template():
     assert "### Overview" in text["content"] and "rootz" in text["content"]
 
 
+def _common_prefix(texts: list[str]) -> str:
+    import os.path
+
+    return os.path.commonprefix(texts)
+
+
+@pytest.mark.parametrize("layout", ["paper", "shared_first"])
+def test_prompt_layout_decides_what_the_requests_of_a_generation_share(layout):
+    """``prompt_layout``: the requests of one generation differ only in their seed. With the paper's
+    order (Fig. 4: seed, feedback, expert) they share nothing after the scenario information; with
+    ``shared_first`` the feedback and the expert experience come before the seed, so everything but
+    the seed and the output section is a prefix that a server's cache can reuse. Both layouts carry
+    the same lines."""
+    from orchestrator.fuzzers import Feedback
+    from workers.policies import load_policy
+    from workers.rollout import rollout
+
+    sc = get_scenario("CartPole-v1")
+    pol = load_policy(BALANCER, sc)
+    f = make_fuzzer("llmtester", sc, seed=0, multi_scale=False, t_r=-1.0, prompt_layout=layout)
+    generations: list[list[str]] = []
+
+    def generate(requests):  # every call fails: the seeds fall back to random mutation
+        generations.append([r["messages"][1]["content"] for r in requests])
+        return [{"ok": False, "error": "offline"} for _ in requests]
+
+    f.attach_llm(generate)
+    for g in range(5):
+        if g == 2:
+            f.start_phase("fuzzing")
+        p = f.propose(4)
+        f.observe(p, Feedback.from_result(rollout(sc, {"aut": pol}, p.states, seed=g, max_steps=50)))
+    assert generations and all(len(texts) >= 2 for texts in generations)
+    f._bad.append("Insufficient challenge: a line every request of the generation quotes")
+    calls = len(generations)
+    p = f.propose(4)
+    assert len(generations) == calls + 1
+    texts = generations[-1]
+    assert len(set(texts)) > 1  # different seeds
+    shared = _common_prefix(texts)
+    feedback_line = "- Insufficient challenge: a line every request of the generation quotes"
+    assert all(feedback_line in t for t in texts)
+    if layout == "paper":
+        assert "### Seed Scenario" in shared and "### Testing Feedback" not in shared and feedback_line not in shared
+    else:
+        assert feedback_line in shared and "### Expert Experience" in shared
+        for t in texts:  # what is left to evaluate per request: the seed and the output section
+            tail = t[len(shared):]
+            assert "### Testing Feedback" not in tail and "### Expert Experience" not in tail
+            assert t.index("### Seed Scenario") > t.index("### Expert Experience") > t.index("### Testing Feedback")
+    # the same content in either order
+    other = build_messages(sc, f.info, p.states[0], 1.0, [feedback_line[2:]], f.expert, output="text",
+                           layout="shared_first" if layout == "paper" else "paper")[1]["content"]
+    mine = build_messages(sc, f.info, p.states[0], 1.0, [feedback_line[2:]], f.expert, output="text",
+                          layout=layout)[1]["content"]
+    assert other != mine and sorted(other.splitlines()) == sorted(mine.splitlines())
+
+
+def test_an_unknown_prompt_layout_is_refused_by_name():
+    sc = get_scenario("CartPole-v1")
+    with pytest.raises(ValueError, match="prompt_layout must be one of paper, shared_first, got 'seed_last'"):
+        make_fuzzer("llmtester", sc, seed=0, prompt_layout="seed_last")
+    with pytest.raises(ValueError, match="layout must be one of paper, shared_first"):
+        build_messages(sc, ScenarioInfo.load(sc), np.zeros(4), 1.0, [], [], layout="reversed")
+
+
 def test_reply_parsing_and_its_errors():
     sc = get_scenario("CartPole-v1")
     good = 'analysis...\nNEW_STATE: {"x": 0.01, "x_dot": -0.02, "theta": 0.03, "theta_dot": 0.0}'

@@ -263,3 +263,32 @@ def test_llm_serve_prints_the_endpoint_and_stops(capsys):
 
     with pytest.raises(OSError):
         urllib.request.urlopen(f"{url}/models", timeout=2)
+
+
+@needs_model
+@pytest.mark.slow
+def test_prompt_layout_benchmark_prints_both_layouts(tmp_path):
+    """benchmarks/llm_prompt_layout.py at a tiny size against the real model: a row per layout, the
+    paper's as the baseline (1.00), the same generation size and the same prompt in either order
+    (token counts within a few of each other). The seconds are the benchmark's to report, not
+    asserted here."""
+    import subprocess
+    import sys
+
+    out_md = tmp_path / "layout.md"
+    proc = subprocess.run([sys.executable, "benchmarks/llm_prompt_layout.py", "--scenario", "CartPole-v1",
+                           "--requests", "2", "--feedback", "2", "--threads", "1", "--out", str(out_md)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = {}
+    for line in out_md.read_text().splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if cells[0] in ("paper", "shared_first"):
+            rows[cells[0]] = cells
+    assert set(rows) == {"paper", "shared_first"}
+    head = [c.strip() for c in out_md.read_text().splitlines()[0].strip("|").split("|")]
+    col = {name: head.index(name) for name in ("n", "prompt tok", "vs paper")}
+    assert rows["paper"][col["vs paper"]] == "1.00" and float(rows["shared_first"][col["vs paper"]]) > 0
+    assert rows["paper"][col["n"]] == rows["shared_first"][col["n"]] == "2"
+    tokens = [int(rows[k][col["prompt tok"]]) for k in ("paper", "shared_first")]
+    assert tokens[0] > 300 and abs(tokens[0] - tokens[1]) <= 5, tokens

@@ -854,6 +854,7 @@ def _cases() -> list[tuple[str, str, list]]:
     camp("unknown scenario", _edit(("CartPole-v1", "Pong-v5")))
     camp("unknown fuzzer", _edit(("fuzzer: random", "fuzzer: afl")))
     camp("a parameter the fuzzer does not have", _edit(("fuzzer: random", "fuzzer: mdpfuzz\n  params: {alpha: 25}")))
+    camp("a parameter value the fuzzer refuses", _edit(("fuzzer: random", "fuzzer: mdpfuzz\n  params: {gmm_k: 0}")))
     camp("optimality fuzzer as safety fuzzer", _edit(("fuzzer: random", "fuzzer: delta")))
     camp("wrong type (string for integer)", _edit(("generation_size: 16", "generation_size: many")))
     camp("wrong type (list for mapping)", _edit(("budget: {episodes: 32}", "budget: [32]")))

@@ -51,8 +51,11 @@ def make_fuzzer(name: str, scenario, seed: int = 0, **params) -> Fuzzer:
     cls = fuzzer_class(name)
     try:
         return cls(scenario, seed=seed, **params)
-    except TypeError as exc:
-        raise FuzzerError(f"fuzzer {name}: {exc}") from exc
+    except FuzzerError:
+        raise
+    except (TypeError, ValueError) as exc:  # an unknown parameter, or a value the fuzzer refuses
+        msg = str(exc)
+        raise FuzzerError(msg if msg.startswith(f"{cls.name}:") else f"fuzzer {name}: {msg}") from exc
 
 
 __all__ = ["Corpus", "Feedback", "Fuzzer", "FuzzerError", "FUZZERS", "Proposal", "fuzzer_class", "fuzzer_params", "make_fuzzer"]

@@ -146,13 +146,22 @@ def _output_section(seed: str, output: str) -> str:
             f"state as a JSON object with exactly the same keys as the seed:\nNEW_STATE: {seed}")
 
 
+PROMPT_LAYOUTS = ("paper", "shared_first")
+
+
 def build_messages(scenario, info: ScenarioInfo, seed_state: np.ndarray, seed_return: float | None,
-                   feedback: list[str], expert: list[str], output: str = "text") -> list[dict]:
+                   feedback: list[str], expert: list[str], output: str = "text", layout: str = "paper") -> list[dict]:
     """The chat messages for one generation request (Fig. 4's template). ``output``: ``text`` (the
     paper's reasoning steps under headings, then ``NEW_STATE: {...}``), ``json_reasoning`` (the same
-    steps as the fields of one JSON object, :func:`reply_schema`) or ``json`` (the JSON state alone)."""
+    steps as the fields of one JSON object, :func:`reply_schema`) or ``json`` (the JSON state alone).
+    ``layout``: ``paper`` orders the Input as Fig. 4 does (Seed Scenario, Testing Feedback, Expert
+    Experience); ``shared_first`` puts the seed last (Testing Feedback, Expert Experience, Seed
+    Scenario), so that the requests of one generation, which differ only in their seed, share
+    everything before it and a server's prefix cache evaluates only the seed and the Output."""
     if output not in ("text", "json", "json_reasoning"):
         raise ValueError(f"build_messages: output must be text, json or json_reasoning, got {output!r}")
+    if layout not in PROMPT_LAYOUTS:
+        raise ValueError(f"build_messages: layout must be one of {', '.join(PROMPT_LAYOUTS)}, got {layout!r}")
     system = (f"You are a test scenario generator for {info.system_under_test}. Your task is to mutate the "
               f"initial state of a given scenario so that the policy under test fails, while the scenario stays "
               f"valid. You reason step by step and you always end with the new state in the requested format.")
@@ -166,6 +175,10 @@ def build_messages(scenario, info: ScenarioInfo, seed_state: np.ndarray, seed_re
         f"(lower means closer to failure).")
     fb = "\n".join(f"- {f}" for f in feedback) if feedback else "- none yet"
     ex = "\n".join(f"- {e}" for e in expert) if expert else "- none"
+    seed_part = f"### Seed Scenario\n{seed}{ret}"
+    shared_part = (f"### Testing Feedback (bad cases of earlier generated scenarios; avoid repeating them)\n{fb}\n"
+                   f"### Expert Experience\n{ex}")
+    inputs = f"{seed_part}\n{shared_part}" if layout == "paper" else f"{shared_part}\n{seed_part}"
     user = f"""## Scenario Information
 ### Overview
 {info.overview.strip()}
@@ -178,12 +191,7 @@ def build_messages(scenario, info: ScenarioInfo, seed_state: np.ndarray, seed_re
 {chr(10).join('- ' + c for c in cons)}
 
 ## Input
-### Seed Scenario
-{seed}{ret}
-### Testing Feedback (bad cases of earlier generated scenarios; avoid repeating them)
-{fb}
-### Expert Experience
-{ex}
+{inputs}
 
 ## Output
 {_output_section(seed, output)}"""

@@ -25,7 +25,10 @@ first failure). ``multi_scale = False`` is the paper's "ours w/o ms" ablation (L
 reply's ``NEW_STATE`` is parsed and validated. Bad cases become the testing feedback F of later
 prompts (the last ``feedback_size``): *insufficient challenge* (r_new − r_seed > ``t_r``),
 *invalidity* (a reply without a usable state, or a state outside the bounds) and *excessive
-modification* (‖s_new − s_seed‖ > ``t_s``, the norm in units of each dimension's width). A
+modification* (‖s_new − s_seed‖ > ``t_s``, the norm in units of each dimension's width).
+``prompt_layout = "shared_first"`` moves the seed after the feedback and the expert experience,
+which every request of a generation shares, so a server's prefix cache reuses them (a speed
+option; ``"paper"``, Fig. 4's order, is the default). A
 reply that gives no valid state, or a call that failed after its retries, still spends its test:
 the seed gets the random mutation instead (operator ``llm_fallback``), so a bad reply costs a
 call, never the campaign.
@@ -48,6 +51,7 @@ import numpy as np
 from envs.base import Scenario
 from orchestrator.fuzzers.base import Feedback, Proposal
 from orchestrator.fuzzers.llm_prompt import (
+    PROMPT_LAYOUTS,
     ReplyError,
     ScenarioInfo,
     build_messages,
@@ -88,7 +92,8 @@ class LLMTester(MDPFuzz):
 
     def __init__(self, scenario: Scenario, seed: int = 0, *, alpha: float | None = None, beta: float | None = None,
                  delta: float | None = None, amplitude: float | None = None, multi_scale: bool = True, t_r: float = 0.0,
-                 t_s: float = 0.5, feedback_size: int = 5, expert: list | None = None, **mdpfuzz_params):
+                 t_s: float = 0.5, feedback_size: int = 5, expert: list | None = None, prompt_layout: str = "paper",
+                 **mdpfuzz_params):
         super().__init__(scenario, seed=seed, **mdpfuzz_params)
         table = TABLE_I.get(scenario.name, DEFAULT_MULTI_SCALE)
         alpha, beta, delta = (table[i] if v is None else v for i, v in enumerate((alpha, beta, delta)))
@@ -100,6 +105,10 @@ class LLMTester(MDPFuzz):
         self.t_r = float(t_r)
         self.t_s = float(t_s)
         self.feedback_size = int(feedback_size)
+        if prompt_layout not in PROMPT_LAYOUTS:
+            raise ValueError(f"llmtester: prompt_layout must be one of {', '.join(PROMPT_LAYOUTS)}, got "
+                             f"{prompt_layout!r} (paper: Fig. 4's order; shared_first: the seed last, for prefix caches)")
+        self.prompt_layout = prompt_layout
         for name, ok in (("alpha", 0.0 <= self.alpha <= 100.0), ("beta", 0.0 < self.beta < 1.0),
                          ("delta", 0.0 <= self.delta < 1.0), ("amplitude", 0.0 <= self.amplitude < math.inf),
                          ("t_s", self.t_s > 0), ("feedback_size", self.feedback_size >= 0),
@@ -172,7 +181,8 @@ class LLMTester(MDPFuzz):
             schema = reply_schema(self.scenario, self.reasoning) if self.structured else None
             requests = [{"request_id": f"g{self._gen}-r{j}-seed{int(ids[i])}",
                          "messages": build_messages(self.scenario, self.info, parent_states[i], float(returns[i]),
-                                                    feedback, self.expert, output=output)} for j, i in enumerate(llm_rows)]
+                                                    feedback, self.expert, output=output, layout=self.prompt_layout)}
+                        for j, i in enumerate(llm_rows)]
             if schema is not None:
                 for r in requests:
                     r["schema"] = schema
