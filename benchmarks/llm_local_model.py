@@ -132,21 +132,29 @@ def main(argv=None) -> int:
                              "no state": sum(r["verdict"] == "no state" for r in res) / n,
                              "= seed": sum(r["unchanged"] for r in res) / n})
         threads = srv.threads
-    head = list(rows[0])
     fmt = {"s/request": "{:.1f}", "first token s": "{:.1f}", "gen tok/s": "{:.1f}", "reply tok": "{:.0f}",
            "cut": "{:.0%}", "valid": "{:.0%}", "out of bounds": "{:.0%}", "no state": "{:.0%}", "= seed": "{:.0%}"}
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        lines.append("| " + " | ".join(fmt.get(k, "{}").format(r[k]) for k in head) + " |")
     note = (f"SmolLM2-135M-Instruct Q4_1, llama-cpp-python 0.3.36, {threads} server thread(s), max_tokens "
             f"{args.max_tokens}, temperature 0.7, {os.cpu_count()} CPUs, 1-minute load average "
             f"{load0:.1f} at the start and {os.getloadavg()[0]:.1f} at the end; `python benchmarks/llm_local_model.py "
             f"{' '.join(sys.argv[1:])}`".rstrip())
+    print_table(rows, fmt, note, args.out)
+    return 0
+
+
+def print_table(rows: list[dict], fmt: dict, note: str, out: str | None, numbers_right: bool = False) -> None:
+    """Print ``rows`` as a markdown table (``fmt``: a format per column, ``str`` for the others),
+    then ``note``; also write both to ``out`` when given. ``numbers_right``: every column after
+    the first right-aligned."""
+    head = list(rows[0])
+    align = "|---|" + "---:|" * (len(head) - 1) if numbers_right else "|" + "---|" * len(head)
+    lines = ["| " + " | ".join(head) + " |", align]
+    for r in rows:
+        lines.append("| " + " | ".join(fmt.get(k, "{}").format(r[k]) for k in head) + " |")
     table = "\n".join(lines)
     print(table + "\n\n" + note)
-    if args.out:
-        Path(args.out).write_text(table + "\n\n" + note + "\n")
-    return 0
+    if out:
+        Path(out).write_text(table + "\n\n" + note + "\n")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from llm_local_model import one, prompt_tokens  # noqa: E402
+from llm_local_model import one, print_table, prompt_tokens  # noqa: E402
 
 from envs import get_scenario  # noqa: E402
 from orchestrator.fuzzers.llm_prompt import (  # noqa: E402
@@ -111,20 +111,13 @@ def main(argv=None) -> int:
     base = rows[0]["generation s"]
     for row in rows:
         row["vs paper"] = row["generation s"] / base
-    head = list(rows[0])
     fmt = {"generation s": "{:.1f}", "first request s": "{:.1f}", "later requests s": "{:.1f}",
            "later first token s": "{:.1f}", "reply tok": "{:.0f}", "valid": "{:.0%}", "vs paper": "{:.2f}"}
-    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
-    for r in rows:
-        lines.append("| " + " | ".join(fmt.get(k, "{}").format(r[k]) for k in head) + " |")
     note = (f"{args.scenario}, {args.feedback} bad cases of feedback, SmolLM2-135M-Instruct Q4_1, llama-cpp-python "
             f"server with {threads} thread(s), JSON replies constrained by the schema, temperature 0.7, "
             f"{os.cpu_count()} CPUs, 1-minute load average {load0:.1f} at the start and {os.getloadavg()[0]:.1f} "
             f"at the end; `python benchmarks/llm_prompt_layout.py {' '.join(sys.argv[1:])}`".rstrip())
-    table = "\n".join(lines)
-    print(table + "\n\n" + note)
-    if args.out:
-        Path(args.out).write_text(table + "\n\n" + note + "\n")
+    print_table(rows, fmt, note, args.out, numbers_right=True)
     return 0
 
 
