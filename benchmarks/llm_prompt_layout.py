@@ -46,18 +46,17 @@ from orchestrator.fuzzers.llm_prompt import (  # noqa: E402
     build_messages,
     parse_reply,
     reply_schema,
-    state_json,
 )
+from orchestrator.fuzzers.llmtester import insufficient_challenge  # noqa: E402
 from workers.llm import LLMConfig  # noqa: E402
 from workers.local_llm import LocalLLMServer  # noqa: E402
 
 
 def bad_cases(sc, rng: np.random.Generator, n: int) -> list[str]:
-    """``n`` feedback lines in the fuzzer's "insufficient challenge" wording (llmtester.observe)."""
+    """``n`` feedback lines as the fuzzer writes an insufficient challenge."""
     states = sc.sample(rng, n)
     old, new = rng.uniform(-100, 250, n), rng.uniform(-100, 250, n)
-    return [f"Insufficient challenge: the scenario {state_json(sc, s)} raised the policy's reward from "
-            f"{min(a, b):.4g} to {max(a, b):.4g}; modify the seed so the reward falls." for s, a, b in zip(states, old, new)]
+    return [insufficient_challenge(sc, s, min(a, b), max(a, b)) for s, a, b in zip(states, old, new)]
 
 
 def main(argv=None) -> int:

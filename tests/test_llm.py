@@ -5,6 +5,7 @@ limiter across 4 Ray actors, LLMTester's multi-scale strategy, and the whole loo
 from __future__ import annotations
 
 import json
+import os.path
 import time
 from pathlib import Path
 
@@ -63,12 +64,6 @@ def test_prompt_follows_the_papers_template():
     assert "### Overview" in text["content"] and "rootz" in text["content"]
 
 
-def _common_prefix(texts: list[str]) -> str:
-    import os.path
-
-    return os.path.commonprefix(texts)
-
-
 @pytest.mark.parametrize("layout", ["paper", "shared_first"])
 def test_prompt_layout_decides_what_the_requests_of_a_generation_share(layout):
     """``prompt_layout``: the requests of one generation differ only in their seed. With the paper's
@@ -102,7 +97,7 @@ def test_prompt_layout_decides_what_the_requests_of_a_generation_share(layout):
     assert len(generations) == calls + 1
     texts = generations[-1]
     assert len(set(texts)) > 1  # different seeds
-    shared = _common_prefix(texts)
+    shared = os.path.commonprefix(texts)
     feedback_line = "- Insufficient challenge: a line every request of the generation quotes"
     assert all(feedback_line in t for t in texts)
     if layout == "paper":

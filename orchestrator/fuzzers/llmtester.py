@@ -80,6 +80,13 @@ TABLE_I = {"ACASXu": (25.0, 0.7, 0.1), "BipedalWalker": (10.0, 0.7, 0.1), "CoopN
 DEFAULT_MULTI_SCALE = (20.0, 0.5, 0.1)
 
 
+def insufficient_challenge(scenario: Scenario, state, r_seed: float, r_new: float) -> str:
+    """The bad case of an LLM scenario that did not lower the policy's return (Sec. III-B's first
+    criterion), as the testing feedback quotes it."""
+    return (f"Insufficient challenge: the scenario {state_json(scenario, state)} raised the policy's reward from "
+            f"{r_seed:.4g} to {r_new:.4g}; modify the seed so the reward falls.")
+
+
 class LLMNotAttachedError(RuntimeError):
     """The fuzzer was asked for LLM mutations without an LLM attached."""
 
@@ -265,10 +272,8 @@ class LLMTester(MDPFuzz):
                 gain = returns[i] - tags["parent_return"][i]
                 if gain > self.t_r:
                     self._counters["llm_insufficient"] += 1
-                    self._bad.append(
-                        f"Insufficient challenge: the scenario {state_json(self.scenario, proposal.states[i])} "
-                        f"raised the policy's reward from {tags['parent_return'][i]:.4g} to {returns[i]:.4g}; "
-                        f"modify the seed so the reward falls.")
+                    self._bad.append(insufficient_challenge(self.scenario, proposal.states[i],
+                                                            tags["parent_return"][i], returns[i]))
             if failure[i]:
                 fails += 1
                 op = FAILURES_BY_OPERATOR.get(str(tags["operator"][i]))
