@@ -271,11 +271,12 @@ def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
         assert "| llmtester | the LLM's scenario | 1965 | 281 | 14.3% | 3 |" in md
         # three seeds each: LLMTester against MDPFuzz with a test (no difference shown)
         assert "| failures | mdpfuzz | 297.0 ± 60.7 (n=3) | 313.0 ± 24.8 (n=3) | 0.95× | 3.0 | 0.700 | -0.86 |" in md
-        # ... and w/o multi-scale (every fuzzing test from the LLM; seeds 1, then 0, added with report --add)
+        # ... and w/o multi-scale (every fuzzing test from the LLM; seeds 1, 0, then 2, added with report --add)
         assert "| llmtester w/o ms | 0 | 299 | 54578 | 3 | 290 | 1228 | 1228 | 210 | – | 21457 |" in md
         assert "| llmtester w/o ms | 1 | 303 | 52855 | 3 | 299 | 1218 | 1218 | 199 | – | 20988 |" in md
-        assert "| llmtester w/o ms | the LLM's scenario | 2446 | 363 | 14.8% | 2 |" in md
-        assert "LLM calls saved by the multi-scale strategy: 46.4% (655 calls per run with it, n=3; 1223" in md
+        assert "| llmtester w/o ms | 2 | 279 | 48238 | 3 | 276 | 1193 | 1193 | 183 | – | 27355 |" in md
+        assert "| llmtester w/o ms | the LLM's scenario | 3639 | 522 | 14.3% | 3 |" in md
+        assert "LLM calls saved by the multi-scale strategy: 46.0% (655 calls per run with it, n=3; 1213" in md
     if folder == "delta-rq1-local-CartPole-paper-aut":
         # issue #17: with the paper-quality AUT and the normalised energy, BC, BCQ and CQL find other bugs
         rows = [ln for ln in md.splitlines() if re.match(r"\| delta-rq1-00\d \|", ln)]
