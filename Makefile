@@ -14,7 +14,7 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON
                     -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
 RUN    ?= runs/quickstart-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: run test bench install clean-runs browser
+.PHONY: run test test-fast test-integration bench install clean-runs browser
 
 $(BIN)/.deltarl-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,14 +30,20 @@ $(BIN)/.deltarl-installed: pyproject.toml
 	# the CoopNavi reference check compares with mpe2; its pygame-ce dependency would replace
 	# gymnasium's pygame, so it comes without dependencies (it needs none at test time)
 	$(BIN)/pip install -q --no-deps "pettingzoo==1.27.0" "mpe2==1.1.1"
+	# third-party environments of the gym:<id> scenarios (docs/scenarios.md, experiments/gym/): their
+	# pygame-ce dependency would replace gymnasium's pygame, and they render nothing here, so no deps either
+	$(BIN)/pip install -q --no-deps "highway-env==1.12.1" "minigrid==3.2.0"
 	touch $@
 
 install: $(BIN)/.deltarl-installed
 
-# The main job on the embedded default: safety testing of the zoo CartPole agent with CureFuzz on a
-# local Ray cluster; dataset D as Parquet, MLflow in SQLite, all under the run folder.
+# The main job on the embedded default: the quick start (safety -> challenger -> optimality on the zoo
+# CartPole agent); dataset D as Parquet, MLflow in SQLite, all under the run folder, whose name it prints
+# last (RUN is expanded once: a new timestamp per `make run`, or RUN=runs/mine).
 run: $(BIN)/.deltarl-installed
-	$(BIN)/deltarl run experiments/quickstart.yaml --out $(RUN)
+	@out="$(RUN)"; echo "$(BIN)/deltarl run experiments/quickstart.yaml --out $$out"; \
+	  $(BIN)/deltarl run experiments/quickstart.yaml --out "$$out" && \
+	  echo "run folder: $$out  (next: deltarl replay $$out 0; deltarl report $$out; deltarl repair $$out)"
 
 # the report tests open the HTML in headless Chromium, and MuJoCo bug videos render offscreen through
 # EGL with Mesa's software driver (Debian's packages; root installs them here)
@@ -49,10 +55,19 @@ browser:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null); \
 	  else echo "note: missing system packages:$$missing; the report and video tests need them: sudo apt-get install -y$$missing"; fi
 
-# lint (pyflakes + import order, settings in pyproject.toml), then the suite
-test: $(BIN)/.deltarl-installed browser
+# The suite in two tiers (tests/conftest.py): `make test-fast` is lint and the unit tier (no Ray, no
+# training, no campaign, no other process; under a minute on 2 cores), `make test` is both tiers, the
+# fast one first, and prints the slowest tests. A test doing integration work without its marker fails.
+UNIT := not integration and not gpu
+test-fast: $(BIN)/.deltarl-installed
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	@bash -c 'TIMEFORMAT="test-fast: unit tier in %R s wall, %U s user + %S s system CPU (budget: 60 s wall on an idle 2-core machine; the CPU time is what it costs when others load the machine)"; \
+	  time $(BIN)/python -m pytest -q -m "$(UNIT)" --durations=5'
+
+test-integration: $(BIN)/.deltarl-installed browser
+	$(BIN)/python -m pytest -q -m "integration and not gpu" --durations=25
+
+test: test-fast test-integration
 
 bench: $(BIN)/.deltarl-installed
 	$(BIN)/python benchmarks/rollout_throughput.py

@@ -49,10 +49,12 @@ def main() -> None:
         rowwise_actions = pol.act_alone(obs)
         assert np.array_equal(rowwise_actions, np.concatenate([pol.act(obs[j:j + 1]) for j in range(args.rows)]))
         kind = "rowwise" if pol.rowwise is not None else "loop (no rowwise graph)"
-        batched = _per_obs_us(lambda: pol.act(obs), args.rows, args.repeats)
-        per_row = _per_obs_us(lambda: [pol.act(obs[j:j + 1]) for j in range(args.rows)], args.rows, args.repeats)
-        lean = _per_obs_us(lambda: loop.act_alone(obs), args.rows, args.repeats)
-        rowwise = _per_obs_us(lambda: pol.act_alone(obs), args.rows, args.repeats)
+        # each lambda binds this iteration's policies and observations (called before the next one)
+        batched = _per_obs_us(lambda pol=pol, obs=obs: pol.act(obs), args.rows, args.repeats)
+        per_row = _per_obs_us(lambda pol=pol, obs=obs: [pol.act(obs[j:j + 1]) for j in range(args.rows)],
+                              args.rows, args.repeats)
+        lean = _per_obs_us(lambda loop=loop, obs=obs: loop.act_alone(obs), args.rows, args.repeats)
+        rowwise = _per_obs_us(lambda pol=pol, obs=obs: pol.act_alone(obs), args.rows, args.repeats)
         print(f"| {uri} ({scen}) | {batched:.1f} | {per_row:.1f} | {lean:.1f} | {rowwise:.1f} ({kind}) "
               f"| {lean / rowwise:.2f} | {rowwise / batched:.2f} |")
 

@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.campaign.config import campaign_from_dict  # noqa: E402
 from orchestrator.campaign.safety import run_safety  # noqa: E402
-from orchestrator.cluster.driver import start_ray  # noqa: E402
 from orchestrator.cluster.executor import Executor  # noqa: E402
+from orchestrator.cluster.lifecycle import start_ray  # noqa: E402
 from workers.rollout import RolloutWorker  # noqa: E402
 
 

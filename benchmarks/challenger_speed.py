@@ -45,14 +45,17 @@ def dataset(scenario: str):
     return steps_to_mdp_dataset(steps, discrete=discrete, action_size=act), discrete
 
 
-def build(scenario: str, algo_name: str, data, discrete: bool):
+def build(scenario: str, algo_name: str, data, discrete: bool, preset: str | None = None):
+    """The challenger ``algo_name`` of ``preset`` (the scenario's default preset when None), built
+    on ``data`` as training builds it (seed 0, standard observation scaler). Also used by
+    challenger_limit.py."""
     import d3rlpy
     from d3rlpy.algos.utility import build_scalers_with_transition_picker
 
     from workers.challenger import challenger_config, fit_standard_observation_scaler
     from workers.training import d3rlpy_config
 
-    cfg = challenger_config(scenario, algo_name)
+    cfg = challenger_config(scenario, algo_name, preset)
     d3rlpy.seed(0)
     algo = d3rlpy_config(cfg.config_class(discrete), cfg.hyperparameters, f"{cfg.preset} {cfg.algo}").create(
         device="cpu:0")
@@ -89,12 +92,15 @@ def main(argv=None) -> int:
         for name in ALGOS:
             cfg, algo = build(scenario, name, data, discrete)
             bs = algo.config.batch_size
-            sample_theirs = per_call_ms(lambda: data.sample_transition_batch(bs), 50)
-            sample_ours = per_call_ms(lambda: sampler.sample(bs), 50)
+            # each lambda binds this iteration's data, sampler, algorithm and batch size
+            sample_theirs = per_call_ms(lambda data=data, bs=bs: data.sample_transition_batch(bs), 50)
+            sample_ours = per_call_ms(lambda sampler=sampler, bs=bs: sampler.sample(bs), 50)
             for _ in range(20):
                 algo.update(sampler.sample(bs))
-            step_theirs = per_call_ms(lambda: algo.update(data.sample_transition_batch(bs)), args.steps)
-            step_ours = per_call_ms(lambda: algo.update(sampler.sample(bs)), args.steps)
+            step_theirs = per_call_ms(lambda algo=algo, data=data, bs=bs: algo.update(data.sample_transition_batch(bs)),
+                                      args.steps)
+            step_ours = per_call_ms(lambda algo=algo, sampler=sampler, bs=bs: algo.update(sampler.sample(bs)),
+                                    args.steps)
             rows.append((scenario, name, bs, sample_theirs, sample_ours, step_theirs, step_ours, layout_s))
             print(f"{scenario} {name}: {step_theirs:.1f} -> {step_ours:.1f} ms per step", flush=True)
     load1 = os.getloadavg()

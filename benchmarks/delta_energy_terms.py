@@ -100,9 +100,9 @@ def main(argv=None) -> int:
     for label, spec in RUNS.items():
         probes = []
 
-        def make(*a, **k):
+        def make(*a, _probes=probes, **k):  # this run's probes, bound now
             f = real_make(*a, **k)
-            probes.append(Probe(f))
+            _probes.append(Probe(f))
             return f
 
         opt_mod.make_fuzzer = make

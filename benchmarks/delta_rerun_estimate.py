@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     for k, pick in (("linear", 0), ("quadratic", 1)):
         rq23 = rq1 = 0.0
         longest = 0.0
-        for env, e in per_env.items():
+        for e in per_env.values():
             o = {m: v[pick] for m, v in e["opt"].items()}
             bcq_s = e["step_s"]["bcq"] * e["preset_steps"]["bcq"]
             rq23 += SEEDS * (e["safety_s"] + bcq_s + 4 * o["delta"] + o["mdpfuzz"] + o["curefuzz"] + o["gmt"])

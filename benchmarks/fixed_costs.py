@@ -145,7 +145,7 @@ PATCH = ";".join([
     "orchestrator.campaign.pipeline|run_optimality|phase optimality",
     "orchestrator.campaign.pipeline|summary_table|summary table",
     # inside the phases (after)
-    "orchestrator.analysis.evaluation|shared_policy|policy loading",
+    "workers.policies.load|shared_policy|policy loading",
     "orchestrator.cluster.executor|Executor.__init__|executor start",
     "orchestrator.cluster.executor|Executor.close|executor close",
     "orchestrator.runs.tracking|AsyncRun.__init__|MLflow run start",
@@ -161,9 +161,9 @@ PATCH = ";".join([
     "orchestrator.campaign.confirm|Confirmer.bugs|confirmation",
     "orchestrator.campaign.challenger|train_challenger_job|challenger training job",
     "orchestrator.campaign.challenger|challenger_card|challenger card",
-    "orchestrator.runs.cards|export_torchscript|TorchScript export",
-    "orchestrator.runs.cards|evaluate_policy|evaluation episodes (card)",
-    "orchestrator.runs.cards|aut_training_seconds|AUT training time lookup",
+    "orchestrator.campaign.cards|export_torchscript|TorchScript export",
+    "orchestrator.campaign.cards|evaluate_policy|evaluation episodes (card)",
+    "orchestrator.campaign.cards|aut_training_seconds|AUT training time lookup",
     "orchestrator.campaign.challenger|challenger_cache_key|challenger cache key",
     # inside the training job, outside its training clock (per-epoch watch and checkpoints, D as a dataset)
     "workers.challenger|evaluate_algo|training: per-epoch evaluation",

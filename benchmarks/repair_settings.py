@@ -114,7 +114,8 @@ def main(argv=None) -> None:
         algo = cql_from_aut(aut, cfg)
         t_train = [0.0]
 
-        def evaluate(step: int) -> None:
+        # evaluate and report bind this variant's name, settings, algorithm and clocks (B023)
+        def evaluate(step: int, name=name, kw=kw, algo=algo, t_train=t_train) -> None:
             np_state, torch_state = np.random.get_state(), torch.get_rng_state()
             path = tmp / f"{name}-{step}.d3"
             algo.save(str(path))
@@ -140,7 +141,7 @@ def main(argv=None) -> None:
             evaluate(0)
         t0 = [time.perf_counter()]
 
-        def report(row: dict) -> None:
+        def report(row: dict, marks=marks, t_train=t_train, t0=t0, evaluate=evaluate) -> None:
             if row["step"] in marks:
                 t_train[0] += time.perf_counter() - t0[0]
                 evaluate(row["step"])

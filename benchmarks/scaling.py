@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from orchestrator.campaign.config import campaign_from_dict
 from orchestrator.campaign.safety import run_safety
-from orchestrator.cluster.driver import start_ray
+from orchestrator.cluster.lifecycle import start_ray
 
 
 def main(argv=None) -> int:

@@ -62,7 +62,12 @@ def _registry() -> dict[str, str]:
 
 def get_scenario(name: str, **overrides) -> Scenario:
     """The scenario registered as ``name`` (case-insensitive); keyword overrides set fields
-    such as ``mutation_scale`` or ``max_steps``."""
+    such as ``mutation_scale`` or ``max_steps``. ``gym:<id>`` is any Gymnasium environment
+    (:mod:`envs.gym`; a ``spec`` override gives its state spec)."""
+    if str(name)[:4].lower() == "gym:":
+        from envs.gym import gym_scenario
+
+        return gym_scenario(name, **overrides)
     registry = _registry()
     key = {k.lower(): k for k in registry}.get(str(name).lower())
     if key is None:

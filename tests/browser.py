@@ -79,7 +79,7 @@ class Browser:
     def __exit__(self, *exc) -> None:
         try:
             self.call("Browser.close", timeout=5)
-        except Exception:  # noqa: BLE001 - closing anyway
+        except (BrowserError, OSError, ValueError):  # Chromium already gone (TimeoutError is an OSError): closing anyway
             pass
         try:
             self.proc.wait(timeout=10)

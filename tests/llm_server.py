@@ -14,6 +14,8 @@ incoming request takes the next action of ``script`` (then ``default``):
 * ``429``           — HTTP 429 with ``Retry-After: 0.2``;  ``500`` — HTTP 500;
 * ``hang``          — accepts the request and answers nothing for ``hang_s`` seconds;
 * ``bad_body``      — HTTP 200 whose body is not a chat completion;
+* ``not_utf8``      — HTTP 200, a chat completion whose bytes are not UTF-8 (Latin-1 ``é``, a
+  stray ``0xff``), as a misconfigured proxy or a broken server sends;
 * ``401``           — HTTP 401 (a wrong key);
 * ``fenced``        — prose, then the state in a fenced ```json block with a trailing comma;
 * ``json``          — the bare JSON state (what a schema-constrained reply looks like);
@@ -90,8 +92,8 @@ class LLMStubServer:
             def log_message(self, *args):  # keep test output clean
                 pass
 
-            def _send(self, code: int, body: dict | str, headers: dict | None = None):
-                raw = (body if isinstance(body, str) else json.dumps(body)).encode()
+            def _send(self, code: int, body: dict | str | bytes, headers: dict | None = None):
+                raw = body if isinstance(body, bytes) else (body if isinstance(body, str) else json.dumps(body)).encode()
                 try:
                     self.send_response(code)
                     self.send_header("Content-Type", "application/json")
@@ -136,6 +138,9 @@ class LLMStubServer:
                     return self._send(500, {"error": {"message": "too late"}})
                 if action == "bad_body":
                     return self._send(200, "<html>gateway</html>")
+                if action == "not_utf8":
+                    return self._send(200, b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": '
+                                           b'"Caf\xe9 NEW_STATE: \xff{}"}}]}')
                 if action == "malformed":
                     text = "I think the agent will fail if the pole starts tilted. Good luck!"
                 elif action == "garbage":

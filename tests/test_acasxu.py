@@ -58,6 +58,7 @@ def _coc_collisions(scenario, n=4000, seed=11):
     return states[term]
 
 
+@pytest.mark.slow
 def test_numpy_forward_equals_onnxruntime(dnn):
     import onnxruntime as ort
     rng = np.random.default_rng(7)
@@ -112,6 +113,7 @@ def test_agent_selects_network_by_previous_advisory(dnn):
     assert np.all(AcasXuDNN(coc_beyond=RHO_MAX).act(far) == 0)
 
 
+@pytest.mark.slow
 def test_sampled_encounters_are_collision_courses(scenario):
     """The peers' construction: the heading lies between "at the ownship's start" and parallel
     to the ownship, and the derived intruder speed makes both aircraft, flying straight, reach
@@ -136,6 +138,7 @@ def test_sampled_encounters_are_collision_courses(scenario):
     assert scenario.valid(a).all()
 
 
+@pytest.mark.slow
 def test_dnn_avoids_collisions_that_coc_does_not(scenario, dnn):
     states = _coc_collisions(scenario)
     # a never-manoeuvring ownship collides in ~3.5% of the encounters (the construction)
@@ -194,6 +197,7 @@ def test_failure_oracle_return_and_episode_length(scenario):
     assert scenario.is_failure(np.array([50.0, -60.0]), np.array([100, 100]), np.array([False, True])).tolist() == [False, True]
 
 
+@pytest.mark.slow
 def test_batched_equals_reference_in_collision_episodes(scenario, dnn):
     """The conformance test rarely meets a collision; here most episodes have one."""
     states = _coc_collisions(scenario, n=1500, seed=5)[:30]
@@ -242,6 +246,7 @@ def random_campaign(scenario, dnn):
     return states, dnn_fail, coc_fail
 
 
+@pytest.mark.slow
 def test_random_failure_rates_match_mdpfuzz(random_campaign):
     """The peers' executor over 20000 encounters: the DNN fails 0.48% (Wilson 95% [0.40, 0.59]),
     always-COC 3.4%. Binomial sd at n = 20000: 0.05 and 0.13 points; the bands below are about
@@ -252,6 +257,7 @@ def test_random_failure_rates_match_mdpfuzz(random_campaign):
     assert 0.028 <= coc_fail.mean() <= 0.042, coc_fail.mean()
 
 
+@pytest.mark.slow
 def test_mdpfuzz_mutants_of_failing_seeds_fail_again(scenario, dnn, random_campaign):
     """MDPFuzz's local mutation keeps mutants on collision courses next to their parent: mutants of
     a failing seed fail again far more often (peers: 62%) than fresh random draws (0.48%)."""
@@ -300,6 +306,7 @@ def test_missing_networks_give_a_clear_error(tmp_path, monkeypatch):
         AcasXuDNN(tmp_path / "partial")
 
 
+@pytest.mark.slow
 def test_zoo_entry_matches_the_numpy_agent(scenario, dnn, tmp_path):
     import json
     from pathlib import Path

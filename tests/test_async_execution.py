@@ -111,6 +111,7 @@ def shuffled(monkeypatch):
     monkeypatch.setattr(Executor, "_next_local_key", lambda self: rng.choice(list(self._queued)))
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize("fuzzer", FUZZERS)
 def test_every_fuzzer_runs_async_and_replays_to_the_same_verdicts(fuzzer, tmp_path, shuffled, monkeypatch):
     from orchestrator.campaign.generations import applied_order
@@ -145,12 +146,14 @@ def test_every_fuzzer_runs_async_and_replays_to_the_same_verdicts(fuzzer, tmp_pa
             srv.__exit__(None, None, None)
 
 
+@pytest.mark.campaign
 def test_async_in_process_without_shuffle_is_deterministic(tmp_path):
     _run(_campaign(tmp_path, "a", "curefuzz", budget=64))
     _run(_campaign(tmp_path, "b", "curefuzz", budget=64))
     _same_record(tmp_path / "a", tmp_path / "b")
 
 
+@pytest.mark.campaign
 def test_a_replay_of_another_campaign_is_refused(tmp_path, shuffled):
     from orchestrator.campaign.generations import applied_order
     from orchestrator.runs.store import StoreError
@@ -210,9 +213,9 @@ def test_a_rollout_actor_killed_in_an_async_campaign_loses_and_duplicates_nothin
     import ray
 
     from orchestrator.campaign.generations import applied_order
-    from orchestrator.cluster import driver
+    from orchestrator.cluster.pool import RolloutPool
 
-    real = driver.RolloutPool.next_result
+    real = RolloutPool.next_result
     calls = {"n": 0, "killed": 0}
 
     def next_and_kill(self, key=None):
@@ -223,7 +226,7 @@ def test_a_rollout_actor_killed_in_an_async_campaign_loses_and_duplicates_nothin
             calls["killed"] += 1
         return real(self, key)
 
-    monkeypatch.setattr(driver.RolloutPool, "next_result", next_and_kill)
+    monkeypatch.setattr(RolloutPool, "next_result", next_and_kill)
     summary = _run(_campaign(tmp_path, "ray", "curefuzz", budget=192, workers=2))
     assert calls["killed"] == 1 and summary["window"] == 4
     e = _episodes(tmp_path / "ray")
@@ -254,6 +257,7 @@ def test_corpus_actor_is_refused_for_an_llm_guided_fuzzer(tmp_path):
         load_campaign(p)
 
 
+@pytest.mark.campaign
 def test_corpus_actor_without_ray_workers_keeps_the_corpus_in_the_driver(tmp_path):
     from orchestrator.campaign.config import load_campaign
 
@@ -338,7 +342,8 @@ def test_a_corpus_actor_killed_in_an_async_campaign_is_restored_and_loses_nothin
 
     from orchestrator.campaign.config import load_campaign
     from orchestrator.campaign.generations import applied_order
-    from orchestrator.cluster import corpus_actor, driver
+    from orchestrator.cluster import corpus_actor
+    from orchestrator.cluster.pool import RolloutPool
 
     handles = []
     real_init = corpus_actor.RemoteFuzzer.__init__
@@ -347,7 +352,7 @@ def test_a_corpus_actor_killed_in_an_async_campaign_is_restored_and_loses_nothin
         real_init(self, *a, **kw)
         handles.append(self)
 
-    real = driver.RolloutPool.next_result
+    real = RolloutPool.next_result
     calls = {"n": 0, "killed": []}
 
     def next_and_kill(self, key=None):
@@ -360,7 +365,7 @@ def test_a_corpus_actor_killed_in_an_async_campaign_is_restored_and_loses_nothin
         return real(self, key)
 
     monkeypatch.setattr(corpus_actor.RemoteFuzzer, "__init__", init)
-    monkeypatch.setattr(driver.RolloutPool, "next_result", next_and_kill)
+    monkeypatch.setattr(RolloutPool, "next_result", next_and_kill)
     p = tmp_path / "ray.yaml"
     p.write_text(SAFETY.format(fuzzer="curefuzz", out=tmp_path / "ray", budget=192, workers=2, llm="")
                  + "  corpus: actor\n")

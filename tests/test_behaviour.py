@@ -125,6 +125,7 @@ def test_cluster_edge_cases():
     assert two.counts[0.3] == 2 and two.d_max > 0
 
 
+@pytest.mark.campaign
 def test_bug_trajectories_from_a_run(tmp_path):
     """A real optimality run (random AUT against the balancer): one AUT observation sequence per bug,
     starting at the bug's initial state (CartPole observes its state), as long as the AUT's episode."""

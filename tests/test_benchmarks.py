@@ -52,6 +52,7 @@ def test_every_benchmark_grid_is_specified_here():
         assert sorted(profiles) == sorted(seeds), name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,profile", [(n, p) for n, spec in SPECS.items() for p in spec[2]])
 def test_grid_covers_exactly_the_methods_x_seeds_of_the_table(name, profile):
     cells, methods, seeds = SPECS[name]
@@ -93,6 +94,7 @@ def test_llmtester_parameters_override_only_the_llmtester_methods():
     assert axis[1]["safety.params"] == {"alpha": 7.0, "beta": 0.5, "delta": 0.1, "multi_scale": False}
 
 
+@pytest.mark.subprocess
 def test_fuzzer_overhead_smoke_prints_its_table():
     fuzzers = ["random", "mdpfuzz", "curefuzz", "gmt"]
     out = subprocess.run([sys.executable, "benchmarks/fuzzer_overhead.py", "--scenarios", "CartPole-v1",
@@ -109,3 +111,41 @@ def test_fuzzer_overhead_smoke_prints_its_table():
         roll, fuzz, ratio = map(float, r[4:])
         assert roll > 0 and fuzz >= 0 and ratio == pytest.approx(fuzz / roll, abs=0.01)
         assert re.fullmatch(r"\d+\.\d\d", r[6])
+
+
+@pytest.mark.slow  # ~6 s: the curves of 105 campaigns, twice
+def test_coverage_curves_bin_states_and_recompute_the_committed_table(tmp_path):
+    """benchmarks/coverage_curves.py: a state's cell on the grid of the initial-state box (a
+    zero-width dimension ignored, the top edge in the last bin), and the committed table is what
+    the script prints from the committed report data (a changed bin count changes it)."""
+    import numpy as np
+
+    from benchmarks import coverage_curves
+
+    low, high = np.array([-1.0, 0.0, 0.0]), np.array([1.0, 0.0, 1.0])
+    got = coverage_curves.cells(np.array([[-1.0, 0.0, 0.0], [1.0, 0.0, 1.0], [0.1, 0.0, 0.49]]), low, high, 4)
+    assert got.tolist() == [0, 15, 2 * 4 + 1]
+    src = ROOT / "experiments/results/delta-paper-cases-rq2-rq3"
+    committed = (ROOT / "experiments/results/delta-paper-cases-coverage/README.md").read_text()
+    sections = coverage_curves.table(*coverage_curves.curves(src, [20])).strip().split("\n\n### ")
+    assert len(sections) == 3 and all(sec.strip("# ") in committed for sec in sections)  # one per scenario
+    other = coverage_curves.table(*coverage_curves.curves(src, [19])).strip().split("\n\n### ")
+    assert not any(sec.strip("# ") in committed for sec in other)
+
+
+def test_challenger_clusters_count_each_methods_clusters_on_one_dendrogram(monkeypatch):
+    """benchmarks/challenger_clusters.py clusters the pooled bugs once and counts, per method, the
+    clusters its bugs reach: two far-apart behaviours, one found by both methods, one by b alone."""
+    import numpy as np
+
+    from benchmarks import challenger_clusters
+    from orchestrator.analysis import behaviour
+
+    t = np.linspace(0, 1, 30)[:, None]
+    up, down = np.hstack([t, t]), np.hstack([-t, -t]) * 5
+    seqs = {"a": [up, up + 0.01], "b": [up + 0.02, down, down + 0.01]}
+    monkeypatch.setattr(behaviour, "bug_trajectories", lambda d, max_sequences=None: (seqs[str(d)], [], 0))
+    per_tau, owner = challenger_clusters.clusters_by_method([("a", 0, "a"), ("b", 0, "b")], (0.3,))
+    total, by = per_tau[0.3]
+    assert owner == ["a", "a", "b", "b", "b"] and total == 2
+    assert len(by["a"]) == 1 and len(by["b"]) == 2 and by["a"] < by["b"]

@@ -67,6 +67,7 @@ def _kinds_from_geometry(env):
     return [g[0] for g in groups]
 
 
+@pytest.mark.slow
 def test_same_state_and_seed_give_the_same_episode(scenario):
     state = np.array([3, 1, 2, 2, 3, 1, 1, 3, 2, 1, 2, 3, 3, 1, 2], dtype=float)
     cls = _env_class()
@@ -206,6 +207,7 @@ def test_validate_rejects_non_integers(scenario):
         scenario.simulator(2).reset_to(bad)
 
 
+@pytest.mark.slow
 def test_fall_is_the_failure(scenario):
     """Terminated episodes end with gymnasium's fall penalty, and only they are failures."""
     sc = get_scenario("BipedalWalker", max_steps=200)

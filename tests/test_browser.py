@@ -1,6 +1,7 @@
 """What a person sees, checked in headless Chromium (``tests/browser.py``): the Ray dashboard of a
 running campaign, logged into with its token, lists the campaign's actors by name and shows its
-progress; the MLflow UI, opened at the address ``deltarl run`` prints, shows the experiment's run
+progress; its first page (Overview) names the campaign, its current phase and its latest progress
+while it runs, for the safety, challenger and optimality phases; the MLflow UI, opened at the address ``deltarl run`` prints, shows the experiment's run
 and its findings first. (The report's pages are checked in ``tests/test_report.py``.)
 
 Both start real servers on 127.0.0.1 (a Ray cluster with its dashboard in a ``deltarl run``
@@ -40,7 +41,8 @@ def _wait_for_line(path: Path, pattern: str, proc: subprocess.Popen, timeout: fl
                          f"{path.read_text(errors='replace')[-3000:] if path.exists() else ''}")
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen, session_dir: Path) -> None:
+    """End the campaign kept up with --keep-dashboard and remove its short Ray session folder."""
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)  # --keep-dashboard ends on Ctrl-C; Ray shuts down with the driver
         try:
@@ -48,6 +50,11 @@ def _stop(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=30)
+    for _ in range(3):  # Ray's last processes may still be leaving their session folder
+        shutil.rmtree(session_dir, ignore_errors=True)
+        if not session_dir.exists():
+            break
+        time.sleep(2)
 
 
 @pytest.mark.slow
@@ -103,12 +110,105 @@ def test_dashboard_lists_the_campaign_actors_after_logging_in_with_the_token(tmp
             page.wait_for("document.body.innerText.includes('safety: 128/128 episodes')", timeout=60)
         assert proc.poll() is None  # still up: --keep-dashboard
     finally:
-        _stop(proc)
-        for _ in range(3):  # Ray's last processes may still be leaving their session folder
-            shutil.rmtree(short, ignore_errors=True)
-            if not short.exists():
-                break
-            time.sleep(2)
+        _stop(proc, short)
+
+
+LIVE_CAMPAIGN = """
+name: {name}
+scenario: CartPole-v1
+aut: zoo:CartPole-v1-ddqn-paper
+workers: 1
+seed: 0
+mlflow: false
+output: {out}
+safety:
+  fuzzer: curefuzz
+  budget: {{seconds: 10}}
+  generation_size: 32
+challenger:
+  algos: [bc]
+  steps: 300
+  eval_episodes: 3
+optimality:
+  fuzzer: delta
+  budget: {{seconds: 10}}
+  generation_size: 16
+"""
+
+PHASES = ("safety", "challenger", "optimality")
+
+
+def _newest_event(url: str, name: str) -> str | None:
+    """The newest of the campaign's events, as the dashboard's ``/events`` serves them."""
+    import json
+    import urllib.request
+
+    try:
+        body = json.loads(urllib.request.urlopen(url + "/events", timeout=5).read())
+    except OSError:
+        return None
+    ours = [(int(e["timestamp"]), e["message"]) for events in body["data"]["events"].values() for e in events
+            if e["message"].startswith(f"deltarl {name}: ")]
+    return max(ours)[1] if ours else None
+
+
+@pytest.mark.subprocess
+@pytest.mark.ray
+@pytest.mark.campaign
+@pytest.mark.training
+@pytest.mark.slow
+def test_the_overview_page_shows_the_campaign_phase_and_progress_while_it_runs(tmp_path):
+    """``deltarl run`` of a small real campaign (safety 10 s, a BC challenger of 300 steps,
+    optimality 10 s) on its local Ray cluster with the dashboard: while it runs, the dashboard's
+    first page (Overview, its Events list, newest first) names the campaign, the phase it is in
+    and its latest progress, for each of the three phases (a screenshot each in the test's tmp
+    folder, ``overview-<phase>.png``); the Jobs page names the job after the campaign."""
+    short = Path(tempfile.mkdtemp(prefix="drl", dir="/tmp"))  # a Ray of its own (socket paths stay short)
+    name = f"live-{secrets.token_hex(3)}"
+    camp = tmp_path / "c.yaml"
+    camp.write_text(LIVE_CAMPAIGN.format(name=name, out=tmp_path / "run"))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_TMPDIR": str(short), "DELTARL_DASHBOARD": "1",
+           "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}  # the token dialog: the test above
+    env.pop("RAY_ADDRESS", None)
+    err = tmp_path / "stderr.log"
+    proc = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "run", str(camp), "--quiet",
+                             "--keep-dashboard", "120"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=open(err, "wb"), start_new_session=True)
+    seen: dict[str, str] = {}  # phase -> the Overview's newest line of the campaign while in that phase
+    try:
+        url = _wait_for_line(err, r"Ray dashboard: (http://127\.0\.0\.1:\d+)", proc, 240).group(1)
+        with Browser(tmp_path, height=1400) as b:
+            page = b.page(url + "/#/overview")
+            page.wait_for("document.body.innerText.includes('Recent jobs')", timeout=60)
+            deadline = time.monotonic() + 400
+            while len(seen) < len(PHASES) and time.monotonic() < deadline and "kept up at" not in err.read_text():
+                newest = _newest_event(url, name)
+                phase = next((p for p in PHASES if newest and newest.startswith(f"deltarl {name}: {p} phase: ")), None)
+                if phase is None or phase in seen:
+                    time.sleep(1)
+                    continue
+                page.call("Page.reload")  # the Events list is read when the page opens
+                page.wait_for("document.readyState === 'complete'", timeout=60)
+                first = f"Array.from(document.querySelectorAll('pre')).find(e => e.innerText.startsWith('deltarl {name}: '))"
+                shown = page.wait_for(f"({first} || {{}}).innerText", timeout=60)  # events newest first
+                page.eval(f"{first}.scrollIntoView({{block: 'start'}}); window.scrollBy(0, -300)")  # with the heading
+                page.screenshot(tmp_path / f"overview-{phase}.png")
+                seen[phase] = shown
+            page.goto(url + "/#/jobs")
+            jobs = page.wait_for(f"document.body.innerText.includes('deltarl {name}') && document.body.innerText",
+                                 timeout=60)
+            page.screenshot(tmp_path / "jobs.png")
+        _wait_for_line(err, r"kept up at " + re.escape(url), proc, 300)
+    finally:
+        _stop(proc, short)
+    assert set(seen) == set(PHASES), (seen, err.read_text()[-3000:])
+    # the newest line on the page is the phase the campaign was in, with its progress
+    assert re.fullmatch(rf"deltarl {name}: safety phase: \d+/10 s, \d+ failures", seen["safety"]), seen
+    assert re.fullmatch(rf"deltarl {name}: challenger phase: bc: (training|\d+/300 steps)", seen["challenger"]), seen
+    assert re.fullmatch(rf"deltarl {name}: optimality phase: \d+/10 s, \d+ bugs", seen["optimality"]), seen
+    assert f"deltarl {name}" in jobs  # the Jobs page's Name column
+    for phase in PHASES:
+        assert (tmp_path / f"overview-{phase}.png").stat().st_size > 10_000
 
 
 def _free_port() -> int:

@@ -3,6 +3,7 @@ path with MLflow and resume, the card, the campaign phase and the errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -57,6 +58,7 @@ def hopper_run(tmp_path_factory):
     return safety_run(tmp_path_factory.mktemp("hop"), scenario="Hopper-v5", aut="random:0", episodes=16)
 
 
+@pytest.mark.slow
 def test_every_scenario_has_valid_presets_for_every_algorithm():
     covered = {s for scens in list_presets().values() for s in scens}
     assert covered == set(SCENARIOS)
@@ -78,6 +80,7 @@ def test_every_scenario_has_valid_presets_for_every_algorithm():
     assert challenger_config("CartPole-v1", "bcq", steps=77).steps == 77
 
 
+@pytest.mark.slow
 def test_a_preset_marked_default_false_is_used_only_when_named():
     # mujoco-local covers the MuJoCo scenarios too and sorts before mujoco: it must never be the default
     assert "mujoco-local" in list_presets() and "mujoco-local" not in list_presets(defaults_only=True)
@@ -91,6 +94,7 @@ def test_a_preset_marked_default_false_is_used_only_when_named():
     assert challenger_config("Hopper-v5", "bcq", "mujoco-local", steps=5).steps == 5  # a campaign's steps win
 
 
+@pytest.mark.training
 @pytest.mark.parametrize("algo", ALGOS)
 def test_each_algorithm_trains_on_discrete_D_and_acts_in_the_engine(cartpole_run, tmp_path, algo):
     store = RunStore.open(cartpole_run)
@@ -106,6 +110,7 @@ def test_each_algorithm_trains_on_discrete_D_and_acts_in_the_engine(cartpole_run
     assert res.lengths.min() >= 1 and set(np.unique(res.actions)) <= {0, 1}
 
 
+@pytest.mark.training
 @pytest.mark.parametrize("algo", ALGOS)
 def test_each_algorithm_trains_on_continuous_D(hopper_run, tmp_path, algo):
     data = RunStore.open(hopper_run).to_mdp_dataset(phase=["sampling", "fuzzing"])
@@ -189,6 +194,7 @@ def test_bad_challenger_settings(kwargs, message):
     assert message in str(e.value)
 
 
+@pytest.mark.campaign
 def test_bad_hyperparameters_and_data_are_named(cartpole_run, hopper_run, tmp_path):
     cfg = ChallengerConfig("CartPole-v1", "bcq", hyperparameters={"learning_rat": 0.1})
     with pytest.raises(TrainingError, match="unknown DiscreteBCQConfig setting 'learning_rat'"):
@@ -258,6 +264,7 @@ def test_challenger_cache_reuses_training_on_the_same_D(cartpole_run, tmp_path, 
     assert "from_cache" not in third and len(list((tmp_path / "cache").iterdir())) == 2
 
 
+@pytest.mark.slow
 def test_the_vectorised_observation_scaler_fit_is_d3rlpys_bit_for_bit():
     """`fit_standard_observation_scaler` gives d3rlpy's `fit_with_transition_picker` mean and std
     exactly, on episodes that end by termination (every step a transition) and by time limit (the
@@ -337,6 +344,7 @@ def test_the_dataset_on_an_episode_index_is_d3rlpys_mdp_dataset(discrete):
             assert np.array_equal(getattr(x, name), getattr(y, name)), name
 
 
+@pytest.mark.training
 @pytest.mark.parametrize("discrete", [True, False])
 def test_the_vectorised_sampler_gives_d3rlpys_minibatches_and_the_same_training(discrete):
     """`TransitionSampler` answers d3rlpy's minibatch for the same numpy seed (every array, dtype
@@ -398,6 +406,7 @@ def test_the_vectorised_sampler_gives_d3rlpys_minibatches_and_the_same_training(
     assert TransitionSampler.for_algo(data, NeedsReturns()) == data.sample_transition_batch
 
 
+@pytest.mark.training
 @pytest.mark.parametrize("scenario_name,algo", [("CartPole-v1", "bcq"), ("Hopper-v5", "bcq")])
 def test_watching_a_training_does_not_change_it(cartpole_run, hopper_run, tmp_path, scenario_name, algo):
     """The per-epoch evaluation (d3rlpy's greedy graph traced in memory, torch's random stream put
@@ -429,6 +438,7 @@ def test_watching_a_training_does_not_change_it(cartpole_run, hopper_run, tmp_pa
     assert np.array_equal(values[0], values[1])
 
 
+@pytest.mark.subprocess
 def test_a_cache_lock_left_by_a_dead_process_is_taken_over_at_once(tmp_path, monkeypatch):
     """A grid killed while a campaign trained a challenger leaves the cache entry's lock behind;
     the resumed grid must not wait the stale timeout (6 hours) for an owner that is gone. A lock
@@ -458,3 +468,30 @@ def test_a_cache_lock_left_by_a_dead_process_is_taken_over_at_once(tmp_path, mon
     monkeypatch.setattr(ch.time, "sleep", no_wait)
     got = _claim_or_wait(tmp_path, "k", timeout_s=3600.0, poll_s=2.0)
     assert got == lock and lock.read_text() == f"{socket.gethostname()}:{os.getpid()}"
+
+
+def test_the_challenger_cache_key_does_not_depend_on_where_the_checkout_lives(tmp_path):
+    """Two checkouts (or two nodes) with the same preset text and the same D share a cache entry;
+    another preset text does not. The key once held the preset's absolute path."""
+    import shutil
+
+    from orchestrator.campaign.challenger import challenger_cache_key
+    from workers.challenger import challenger_config
+
+    class Steps:  # what the key reads of a run's store: D's transitions
+        def read_steps(self, phase, role):
+            rng = np.random.default_rng(0)
+            return {"obs": rng.normal(size=(6, 4)).astype(np.float32), "actions": np.arange(6) % 2,
+                    "rewards": np.ones(6), "terminals": np.zeros(6, bool), "timeouts": np.zeros(6, bool),
+                    "episode_id": np.array([0, 0, 0, 1, 1, 1])}
+
+    keys = []
+    for where in ("a", "b"):
+        cfg = challenger_config("CartPole-v1", "bcq", seed=0)
+        preset = tmp_path / where / "classic-control.yaml"
+        preset.parent.mkdir()
+        shutil.copy(cfg.preset, preset)
+        keys.append(challenger_cache_key(Steps(), ("safety",), dataclasses.replace(cfg, preset=str(preset)), 100))
+    assert keys[0] == keys[1]
+    preset.write_text(preset.read_text() + "\n# another text\n")
+    assert challenger_cache_key(Steps(), ("safety",), dataclasses.replace(cfg, preset=str(preset)), 100) != keys[0]

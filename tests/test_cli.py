@@ -116,6 +116,7 @@ def test_policy_that_does_not_load_or_fit(capsys, tmp_path):
                "hopper.pt", "CartPole-v1")
 
 
+@pytest.mark.slow
 def test_output_folder_holding_another_run(capsys, tmp_path):
     out = tmp_path / "run"
     code, _, err = run_cli(capsys, "rollout", "--scenario", "CartPole-v1", "--policy", BALANCER,
@@ -131,6 +132,7 @@ def test_output_folder_holding_another_run(capsys, tmp_path):
 # ------------------------------------------------------------------------------ evaluate, zoo, train-aut
 
 
+@pytest.mark.slow
 def test_evaluate_prints_table1_columns(capsys):
     code, out, err = run_cli(capsys, "evaluate", "--policy", BALANCER, "--scenario", "CartPole-v1",
                              "--episodes", "30", "--json")

@@ -85,6 +85,7 @@ def replay_reference(scenario, env, state, seed, actions):
     return dict(obs=obs, rewards=rewards, term=term, trunc=trunc)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_batched_simulator_matches_reference(name):
     scenario = get_scenario(name)

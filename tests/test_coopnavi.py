@@ -92,6 +92,7 @@ def _drop_comm(mpe_obs):
     return o[:, :, :14].reshape(len(mpe_obs), 42)
 
 
+@pytest.mark.slow
 def test_reference_matches_mpe2_with_its_integration_order():
     sc = get_scenario("CoopNavi", integrator="mpe2")
     rng = np.random.default_rng(7)

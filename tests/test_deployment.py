@@ -8,6 +8,7 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
 import ray
 import yaml
 
@@ -46,6 +47,7 @@ def test_raycluster_manifest():
         assert spec["containers"][0]["volumeMounts"][0]["mountPath"] == "/data"
 
 
+@pytest.mark.slow
 def test_rayjob_entrypoint_is_a_deltarl_grid_that_expands(tmp_path):
     from orchestrator.campaign.grid import expand, load_grid
     from orchestrator.cli import build_parser

@@ -26,6 +26,7 @@ def test_grid_edges_and_constant_dimensions():
     assert cells.tolist() == [[0, 0], [3, 0], [2, 0]]
 
 
+@pytest.mark.campaign
 def test_safety_summary_counts_failure_states(tmp_path):
     from orchestrator.campaign.config import load_campaign
     from orchestrator.campaign.safety import run_safety

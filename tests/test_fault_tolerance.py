@@ -81,10 +81,10 @@ def test_a_rollout_actor_killed_mid_campaign_loses_and_duplicates_nothing(tmp_pa
 
     from orchestrator.campaign.config import load_campaign
     from orchestrator.campaign.safety import run_safety
-    from orchestrator.cluster import driver
+    from orchestrator.cluster.pool import RolloutPool
     from orchestrator.runs.store import RunStore
 
-    real_map = driver.RolloutPool.map
+    real_map = RolloutPool.map
     calls = {"n": 0, "killed": 0}
 
     def map_and_kill(self, *a, **k):
@@ -95,7 +95,7 @@ def test_a_rollout_actor_killed_mid_campaign_loses_and_duplicates_nothing(tmp_pa
                 calls["killed"] += 1
             yield item
 
-    monkeypatch.setattr(driver.RolloutPool, "map", map_and_kill)
+    monkeypatch.setattr(RolloutPool, "map", map_and_kill)
     text = CAMPAIGN.replace("episodes: 1600", "episodes: 256").replace("generation_size: 16", "generation_size: 64")
     (tmp_path / "a.yaml").write_text(text.format(out=tmp_path / "ray").replace("workers: 0", "workers: 2"))
     run_safety(load_campaign(tmp_path / "a.yaml"), progress=False)

@@ -27,6 +27,7 @@ def _python(code: str, env: dict | None = None, timeout: float = 300) -> subproc
 
 
 # -- imports -----------------------------------------------------------------------------------
+@pytest.mark.subprocess
 def test_help_imports_no_torch_d3rlpy_ray_or_mlflow():
     """`deltarl --help` and each command's --help load the parser only (checked in a fresh process)."""
     out = _python(f"""
@@ -48,6 +49,7 @@ def test_help_imports_no_torch_d3rlpy_ray_or_mlflow():
     assert seen == {k: [] for k in seen}, seen
 
 
+@pytest.mark.subprocess
 def test_an_in_process_campaign_imports_neither_ray_nor_mlflow_in_its_own_process(tmp_path):
     """workers: auto on a small budget runs in this process: no Ray; MLflow is the writer's."""
     camp = tmp_path / "c.yaml"
@@ -72,6 +74,7 @@ def test_an_in_process_campaign_imports_neither_ray_nor_mlflow_in_its_own_proces
     assert runs[0].data.metrics["episodes"] == 8
 
 
+@pytest.mark.subprocess
 def test_the_console_exit_waits_for_threads_runs_exit_handlers_and_flushes(tmp_path):
     """`exit_without_teardown` (the `deltarl` script's exit) skips only the interpreter's teardown:
     a thread that is not a daemon finishes, every exit handler runs (in order: the last registered
@@ -96,6 +99,7 @@ def test_the_console_exit_waits_for_threads_runs_exit_handlers_and_flushes(tmp_p
     assert (tmp_path / "handlers").read_text().splitlines() == ["last-registered", "first-registered"]
 
 
+@pytest.mark.subprocess
 def test_d3rlpy_imports_without_scikit_learn_and_prdc_still_gets_it():
     """With `workers` imported first, importing d3rlpy loads neither scikit-learn nor pandas; the
     real `sklearn` imports afterwards, and PRDC's nearest-neighbour search works through it."""
@@ -160,32 +164,33 @@ def test_workers_auto_is_the_default_and_validated(tmp_path):
 
 # -- a running Ray instance ----------------------------------------------------------------------
 def test_running_cluster_is_found_without_ray(tmp_path, monkeypatch):
-    from orchestrator.cluster import driver
+    from orchestrator.cluster import lifecycle
 
     short = Path(tempfile.mkdtemp(prefix="drt", dir="/tmp"))
     try:
         monkeypatch.setenv("RAY_TMPDIR", str(short))
         monkeypatch.delenv("RAY_ADDRESS", raising=False)
-        assert driver.running_cluster() is None
+        assert lifecycle.running_cluster() is None
         with socket.socket() as srv:  # a "head" that answers on a port
             srv.bind(("127.0.0.1", 0))
             srv.listen()
             address = f"127.0.0.1:{srv.getsockname()[1]}"
             (short / "ray").mkdir()
-            (short / "ray" / driver.HEAD_FILE).write_text(json.dumps({"address": address, "pid": os.getpid(),
-                                                                       "num_cpus": 8}))
-            found = driver.running_cluster()
+            # what `deltarl ray up` writes (this process standing in for the head): tests/test_ray_edge.py
+            # shows that a file without deltarl's marker, of another user or naming another process is not joined
+            (short / "ray" / lifecycle.HEAD_FILE).write_text(json.dumps(lifecycle.head_record(address, num_cpus=8)))
+            found = lifecycle.running_cluster()
             assert found["address"] == address and found["source"] == "deltarl ray up" and found["num_cpus"] == 8
-            (short / "ray" / driver.HEAD_FILE).unlink()
+            (short / "ray" / lifecycle.HEAD_FILE).unlink()
             (short / "ray" / "ray_current_cluster").write_text(address)
-            assert driver.running_cluster()["source"] == "ray start --head"
-        assert driver.running_cluster() is None  # the port no longer answers: a stale file
+            assert lifecycle.running_cluster()["source"] == "ray start --head"
+        assert lifecycle.running_cluster() is None  # the port no longer answers: a stale file
         monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
-        assert driver.running_cluster() == {"address": "10.0.0.1:6379", "source": "RAY_ADDRESS"}
+        assert lifecycle.running_cluster() == {"address": "10.0.0.1:6379", "source": "RAY_ADDRESS"}
         if "ray" not in sys.modules or not sys.modules["ray"].is_initialized():
             from orchestrator.cluster.executor import resolve_workers
 
-            monkeypatch.setattr(driver, "running_cluster", lambda: {"address": "h:1", "source": "x", "num_cpus": 8})
+            monkeypatch.setattr(lifecycle, "running_cluster", lambda: {"address": "h:1", "source": "x", "num_cpus": 8})
             assert "joining the running cluster at h:1" in resolve_workers("auto", episodes=2000)[1]
     finally:
         shutil.rmtree(short, ignore_errors=True)
@@ -227,6 +232,7 @@ def test_campaigns_join_a_head_started_by_deltarl_ray_up(tmp_path):
     assert deltarl("ray", "status").returncode == 1
 
 
+@pytest.mark.subprocess
 def test_training_runs_in_process_without_a_cluster(tmp_path):
     short = Path(tempfile.mkdtemp(prefix="drp", dir="/tmp"))
     try:
@@ -243,6 +249,7 @@ def test_training_runs_in_process_without_a_cluster(tmp_path):
 
 
 # -- MLflow off the critical path ----------------------------------------------------------------
+@pytest.mark.subprocess
 def test_async_run_flushes_buffered_metrics_and_ends_the_run(tmp_path, monkeypatch):
     import mlflow
 
@@ -280,6 +287,7 @@ def test_async_run_flushes_buffered_metrics_and_ends_the_run(tmp_path, monkeypat
     assert client.get_experiment("0").name == "Default"
 
 
+@pytest.mark.subprocess
 def test_a_failing_mlflow_only_warns(tmp_path, monkeypatch, capsys):
     from orchestrator.runs import tracking
 
@@ -290,6 +298,7 @@ def test_a_failing_mlflow_only_warns(tmp_path, monkeypatch, capsys):
     assert "MLflow logging failed" in capsys.readouterr().err
 
 
+@pytest.mark.subprocess
 def test_info_waits_for_the_run(tmp_path, monkeypatch):
     from orchestrator.runs import tracking
 
@@ -310,8 +319,7 @@ def test_info_waits_for_the_run(tmp_path, monkeypatch):
 # -- each policy loaded once per process ---------------------------------------------------------
 def test_a_policy_file_is_loaded_once_per_process(tmp_path):
     from envs import get_scenario
-    from orchestrator.analysis.evaluation import shared_policy
-    from workers.policies import export_mlp_torchscript
+    from workers.policies import export_mlp_torchscript, shared_policy
 
     sc = get_scenario("CartPole-v1")
     path = tmp_path / "p.pt"
@@ -323,3 +331,20 @@ def test_a_policy_file_is_loaded_once_per_process(tmp_path):
     assert shared_policy(str(path), sc) is not a
     assert shared_policy("random:3", sc) is not shared_policy("random:3", sc)  # stateful: never shared
     assert shared_policy("zoo:CartPole-v1", sc) is shared_policy("zoo:CartPole-v1", sc)
+
+
+def test_the_summary_says_how_the_agents_acted_once_and_short():
+    """The end-of-run summary's "acted" explanation: one line when both phases acted alike, a line
+    per phase when they did not, a few words each (the reasons are in docs/verdicts.md)."""
+    from orchestrator.campaign.pipeline import _acted_lines
+
+    why = "inference: auto, CartPole-v1: a simulator step costs about as much as a policy call: ..."
+    same = _acted_lines((("safety", {"inference": "batched", "inference_reason": why}),
+                         ("optimality", {"inference": "batched", "inference_reason": why})))
+    assert same == ["agents acted      batched, candidates re-run alone (inference: auto)"]
+    mixed = _acted_lines((("safety", {"inference": "alone", "inference_reason": "inference: alone in the campaign"}),
+                          ("optimality", {"inference": "batched", "inference_reason": why}), ("repair", None)))
+    assert mixed == ["safety acted      every agent acting alone (set in the campaign)",
+                     "optimality acted  batched, candidates re-run alone (inference: auto)"]
+    assert all(len(line) < 80 for line in same + mixed)
+    assert _acted_lines((("safety", None),)) == []

@@ -98,6 +98,7 @@ def test_rnd_target_is_fixed_and_predictor_learns():
     assert rnd.train_steps == 20 and np.isfinite(rnd.last_loss)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hidden", [(16,), (16, 8)])
 def test_rnd_hand_written_adam_matches_torch(hidden):
     """The hand-written gradient + Adam step equals autograd + torch.optim.Adam."""
@@ -256,6 +257,7 @@ def test_acceptance_rule(cartpole):
     assert np.array_equal(fz.corpus.states[-2:], p.states[:2])
 
 
+@pytest.mark.slow
 def test_acceptance_absolute_thresholds(cartpole):
     fz, familiar = _trained_fuzzer(cartpole, threshold_mode="absolute", novelty_threshold=1e9)
     p = fz.propose(2)
@@ -364,6 +366,7 @@ def test_state_dict_round_trip_continues_identically(cartpole, cut):
 # --------------------------------------------------------------------------------------------
 # end to end: the in-process engine on CartPole
 # --------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_end_to_end_cartpole(cartpole):
     from workers.policies import load_policy
     from workers.rollout import rollout

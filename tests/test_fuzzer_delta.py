@@ -47,6 +47,7 @@ def _run(generations=30, snapshot_at=15, **params):
     return fz, np.concatenate(proposed), diversity
 
 
+@pytest.mark.slow
 def test_stacked_refresh_gives_the_bits_of_the_rebuild():
     a, pa, da = _run(diversity_refresh="rebuild")
     b, pb, db = _run(diversity_refresh="stacked")
@@ -68,6 +69,7 @@ def test_rnd_stacked_novelty_equals_trajectory_novelty():
     assert np.isnan(got[1]) and np.isfinite(got[[0, 2, 3]]).all()
 
 
+@pytest.mark.slow
 def test_refresh_every_k_keeps_old_diversities_between_refreshes():
     fz, _, div = _run(generations=20, snapshot_at=-1, diversity_refresh_every=4)
     # generation g refreshes when g % 4 == 0: between refreshes an old seed's D stays as it was
@@ -83,6 +85,7 @@ def test_refresh_parameters_are_validated(params):
         make_fuzzer("delta", get_scenario("CartPole-v1"), **params)
 
 
+@pytest.mark.subprocess
 def test_corpus_cost_benchmark_smoke_prints_its_table():
     """benchmarks/corpus_cost.py at a tiny size: it runs, checks that the rebuilt and the stacked
     refresh propose the same states (it exits non-zero otherwise) and prints a row per case."""

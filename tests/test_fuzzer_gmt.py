@@ -127,6 +127,7 @@ def _fit(data, weights, steps, seed=1):
     return d, g
 
 
+@pytest.mark.slow
 def test_sampler_learns_a_gaussian():
     rng = np.random.default_rng(0)
     mu, sd = np.array([0.3, -0.2]), np.array([0.2, 0.12])
@@ -139,6 +140,7 @@ def test_sampler_learns_a_gaussian():
     assert np.all(ratio > 0.6) and np.all(ratio < 1.5), ratio  # here: 0.83-0.92
 
 
+@pytest.mark.slow
 def test_cluster_proportions_and_guidance_shift():
     rng = np.random.default_rng(1)
     a, b = np.array([-0.5, -0.4]), np.array([0.5, 0.5])
@@ -256,6 +258,7 @@ def test_state_dict_round_trip(n):
         assert k == k2 and torch.equal(v, v2)
 
 
+@pytest.mark.slow
 def test_end_to_end_cartpole():
     from workers.policies import load_policy
     from workers.rollout import rollout

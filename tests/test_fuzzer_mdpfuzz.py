@@ -238,7 +238,7 @@ def test_proposals_are_valid_in_both_phases(cartpole):
     for name in ("CartPole-v1", "Hopper-v5"):
         sc = cartpole if name == "CartPole-v1" else get_scenario(name)
         fz = MDPFuzz(sc, seed=7, mutation_scale=0.5)  # large mutations: clipping must keep them valid
-        traj = lambda s: np.tile(np.resize(s, sc.obs_dim), (6, 1)) * np.linspace(1, 2, 6)[:, None]
+        traj = lambda s, sc=sc: np.tile(np.resize(s, sc.obs_dim), (6, 1)) * np.linspace(1, 2, 6)[:, None]
         kinds = set()
         for g in range(6):
             if g == 2:
@@ -423,3 +423,79 @@ def test_replace_parent_and_failing_seeds_options(cartpole):
     fz.observe(t, fake_feedback(t.states, lambda s: np.array([12.0])))
     assert parent not in fz.corpus.ids and len(fz.corpus) == 1  # the kept mutant took its parent's place
     np.testing.assert_allclose(fz.corpus.states[0], m.states[0])
+
+
+# -- what decides the yield on CartPole (issue #53: step by step beside the PyPI mdpfuzz 0.0.3) ---------
+# benchmarks/peer_mdpfuzz.py --lockstep replays the PyPI tool's run into this fuzzer: the same returns,
+# verdicts, sensitivities (x 0.1, the width), pool and failing mutants. On CartPole a surviving episode
+# returns 500, so "lower return" never keeps a surviving mutant and freshness stops firing after the
+# first GMM update: the pool is the initial inputs, and the faults come from the ones whose twin
+# crossed the failure boundary. These tests pin the behaviours that yield depends on; each fails with
+# the original code's alternative (keep_failing_seeds=False, drop_parent_on_failure=True,
+# budget_per_seed=5), as the assertions in the loops show.
+
+def _boundary_feedback(states):
+    """CartPole-like: the episode fails (return 100) when the pole starts leaning right of 0.02 rad,
+    else survives the 500 steps (return 500)."""
+    fail = states[:, 2] > 0.02
+    return fake_feedback(states, lambda s: np.where(fail, 100.0, 500.0), lambda s: fail)
+
+
+def _sampled(cartpole, **params):
+    fz = MDPFuzz(cartpole, seed=3, mutation_scale=0.2, **params)
+    for _ in range(2):
+        p = fz.propose(32)
+        fz.observe(p, _boundary_feedback(p.states))
+    fz.start_phase("fuzzing")
+    return fz, p
+
+
+def test_failing_seeds_stay_and_the_straddling_ones_are_mutated(cartpole):
+    """The PyPI tool adds every initial input, failing or not, with its sensitivity; only inputs whose
+    twin landed on the other side of the boundary have one, and those, failing seeds included, are
+    the parents of every mutant."""
+    for keep in (True, False):
+        fz, _ = _sampled(cartpole, **({} if keep else {"keep_failing_seeds": False}))  # the default keeps them
+        failing = fz.corpus.scores["return"] == 100.0
+        positive = fz.corpus.energy > 0
+        if not keep:  # the BipedalWalker code's seeding: failing inputs never enter the pool
+            assert not failing.any() and len(fz.corpus) < 32
+            continue
+        assert len(fz.corpus) == 32 and failing.sum() >= 5
+        assert (failing & positive).sum() >= 1 and (~failing & positive).sum() >= 1
+        np.testing.assert_array_equal(fz.corpus.energy == 0, fz.corpus.scores["sensitivity"] == 0)
+        m = fz.propose(64)
+        assert set(m.tags["kind"]) == {"mutant"}
+        assert set(m.tags["parent"].tolist()) <= set(fz.corpus.ids[positive].tolist())
+        assert np.isin(m.tags["parent"], fz.corpus.ids[failing & positive]).any()
+
+
+def test_a_failing_mutant_leaves_its_parent_selectable(cartpole):
+    """A failing mutant is a result only: no corpus entry, and its parent keeps its place and its
+    sensitivity, so it is drawn again as often as before (the PyPI tool's pool never shrinks)."""
+    for variant in ({}, {"drop_parent_on_failure": True}, {"budget_per_seed": 5}):
+        fz, _ = _sampled(cartpole, **variant)
+        before = (fz.corpus.ids.copy(), fz.corpus.energy.copy())
+        m = fz.propose(64)
+        fz.observe(m, fake_feedback(m.states, lambda s: np.full(len(s), 100.0), lambda s: np.ones(len(s), bool)))
+        same = np.array_equal(fz.corpus.ids, before[0]) and np.array_equal(fz.corpus.energy, before[1])
+        assert same is (variant == {}), variant  # the original code's pool loses the parents
+        if variant:
+            continue
+        assert fz.stats()["failures_mutant"] == 64 and fz.stats()["accepted"] == 0
+        again = fz.propose(64)
+        assert set(again.tags["parent"].tolist()) <= set(fz.corpus.ids[fz.corpus.energy > 0].tolist())
+        assert len(set(again.tags["parent"].tolist()) & set(m.tags["parent"].tolist())) >= 1
+
+
+def test_surviving_mutants_of_cartpole_are_kept_only_when_fresh(cartpole):
+    """R' < R(parent) cannot keep a surviving CartPole mutant (500 is the most there is): with
+    freshness off (tau tiny) the corpus stays the initial inputs however many mutants survive."""
+    fz, _ = _sampled(cartpole, tau=1e-300)
+    size = len(fz.corpus)
+    for _ in range(3):
+        m = fz.propose(32)
+        fz.observe(m, _boundary_feedback(m.states))
+    st = fz.stats()
+    assert len(fz.corpus) == size and st["accepted"] == 0 and st["episodes_twin"] == 32
+    assert st["failures_mutant"] > 0 and st["failures_mutant"] < 96

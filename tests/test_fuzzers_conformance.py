@@ -98,6 +98,7 @@ def async_campaign(fuzzer, scenario, policy, generations, n, start=0, window=3):
     return seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "async"])
 @pytest.mark.parametrize("scenario_name", list(AUTS))
 @pytest.mark.parametrize("name", FUZZERS)

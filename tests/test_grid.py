@@ -143,6 +143,7 @@ def _holds(campaign: dict, dotted: str, value) -> bool:
     return got == value
 
 
+@pytest.mark.slow
 def test_every_paper_grid_expands_in_every_profile(monkeypatch):
     """Every profile of every paper grid expands into exactly the campaigns it declares: the cross
     product of its axes, each axis value (methods, environments, challengers, seeds) in an equal
@@ -221,3 +222,23 @@ def test_a_finished_point_is_recognised_across_a_setting_added_since(tmp_path):
     folder.campaign_json.write_text(json.dumps(stored))
     with pytest.raises(GridError, match=r"holds a finished campaign that differs .*\(seed changed\)"):
         _finished(campaign, folder)
+
+
+def test_a_challenger_lock_of_a_lost_ray_node_is_taken_over(tmp_path, monkeypatch):
+    """A grid's campaign rerun after its node died finds the challenger-cache lock its first
+    attempt held on another machine (another host name): it takes the lock over once the
+    cluster counts that node dead, and waits while the node lives or is unknown."""
+    import orchestrator.campaign.challenger as ch
+
+    alive = {"n-alive": True, "n-dead": False}
+    monkeypatch.setattr(ch, "ray_node_alive", lambda node: alive.get(node))
+    monkeypatch.setattr(ch, "ray_node_id", lambda: "n-here")
+    lock = tmp_path / ".k.lock"
+    for text, died in (("other-host:12\nray-node:n-dead", True), ("other-host:12\nray-node:n-alive", False),
+                       ("other-host:12\nray-node:n-unknown", False), ("other-host:12", False)):
+        lock.write_text(text)
+        assert ch._owner_died(lock) is died, text
+    lock.write_text("other-host:12\nray-node:n-dead")
+    monkeypatch.setattr(ch.time, "sleep", lambda s: (_ for _ in ()).throw(AssertionError("waited for a dead node")))
+    assert ch._claim_or_wait(tmp_path, "k", timeout_s=3600.0, poll_s=2.0) == lock
+    assert lock.read_text().splitlines()[1] == "ray-node:n-here"

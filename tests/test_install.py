@@ -18,6 +18,7 @@ import venv
 from pathlib import Path
 
 import pytest
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -66,6 +67,8 @@ def test_non_editable_install_runs_the_quick_start_from_an_empty_folder(tmp_path
                          cwd=work, env=env, capture_output=True, text=True, timeout=1500)
     assert res.returncode == 0, res.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
-    assert results["safety"]["episodes"] == 2000 and results["optimality"]["cases"] == 2000
-    assert results["challengers"][0]["evaluation"]["episodes"] == 100
+    shipped = yaml.safe_load(quickstart.read_text())  # the budgets as shipped, all spent
+    assert results["safety"]["episodes"] == shipped["safety"]["budget"]["episodes"]
+    assert results["optimality"]["cases"] == shipped["optimality"]["budget"]["episodes"]
+    assert results["challengers"][0]["evaluation"]["episodes"] == shipped["challenger"]["eval_episodes"]
     assert "| safety |" in res.stdout and "bugs" in res.stdout

@@ -71,6 +71,7 @@ safety: {{fuzzer: curefuzz, budget: {{episodes: 64}}, generation_size: 32}}
         jobs.status("nope", head)
 
 
+@pytest.mark.slow
 def test_no_cluster_at_the_address_is_a_clear_error(monkeypatch, capsys):
     from orchestrator.cli import main
 

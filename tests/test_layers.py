@@ -1,16 +1,21 @@
 """The house rules, read from the code's own imports (every import, at module top or inside a
-function): layers point down, Ray stays at the edge, no import cycle between modules, and no
-file spells a run folder's file names except the layout that owns them."""
+function): layers point down (between the top-level packages and between orchestrator's
+sub-packages), Ray stays at the edge, no import cycle between modules, and no file spells a run
+folder's file names except the layout that owns them."""
 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("envs", "workers", "orchestrator")
 RAY_ALLOWED = ("orchestrator/cluster/", "orchestrator/campaign/train_jobs.py")
+# orchestrator's sub-packages, top to bottom: a package imports only from packages of a lower rank
+# (never a sibling of its own rank): cli -> campaign -> cluster | analysis -> fuzzers | runs
+ORCHESTRATOR_RANK = {"cli": 4, "campaign": 3, "cluster": 2, "analysis": 2, "fuzzers": 1, "runs": 1}
 
 
 def _modules() -> dict[str, Path]:
@@ -46,6 +51,12 @@ def _imports(path: Path) -> set[str]:
 
 
 def _graph() -> dict[str, set[str]]:
+    """The import graph of the repository at ``REPO`` (parsed once per repository per session)."""
+    return {k: set(v) for k, v in _graph_of(REPO).items()}
+
+
+@functools.lru_cache(maxsize=4)
+def _graph_of(repo: Path) -> dict[str, frozenset[str]]:
     mods = _modules()
     graph = {}
     for name, path in mods.items():
@@ -55,7 +66,7 @@ def _graph() -> dict[str, set[str]]:
                 imp = imp.rpartition(".")[0]
             if imp and imp != name and not name.startswith(imp + "."):  # a package's own __init__ is not a dep
                 deps.add(imp)
-        graph[name] = deps
+        graph[name] = frozenset(deps)
     return graph
 
 
@@ -69,9 +80,29 @@ def test_envs_and_workers_import_nothing_from_orchestrator():
     assert not bad, bad
 
 
+def _subpackage(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "orchestrator" and len(parts) > 2 else None
+
+
+def test_orchestrator_subpackages_import_downwards():
+    graph = _graph()
+    seen = {p for m in graph if (p := _subpackage(m))}
+    assert seen <= set(ORCHESTRATOR_RANK), f"a new orchestrator sub-package needs a rank: {seen - set(ORCHESTRATOR_RANK)}"
+    bad = []
+    for m, deps in graph.items():
+        a = _subpackage(m)
+        for d in deps:
+            b = _subpackage(d)
+            if a and b and a != b and ORCHESTRATOR_RANK[b] >= ORCHESTRATOR_RANK[a]:
+                bad.append(f"{m} -> {d}")
+    assert not bad, "orchestrator sub-packages import upwards or sideways (cli -> campaign -> cluster | analysis -> " \
+                    "fuzzers | runs): " + ", ".join(sorted(bad))
+
+
 def test_ray_is_imported_only_at_the_edge():
     bad = []
-    for name, path in _modules().items():
+    for path in _modules().values():
         rel = path.relative_to(REPO).as_posix()
         if any(rel.startswith(a) for a in RAY_ALLOWED):
             continue
@@ -129,6 +160,10 @@ def test_the_checker_sees_a_cycle_and_a_wrong_way_import(tmp_path, monkeypatch):
     orch.mkdir()
     (orch / "__init__.py").write_text("")
     (orch / "x.py").write_text("import ray\n")
+    for sub, text in (("runs", "from orchestrator.analysis import y\n"), ("analysis", "")):
+        (orch / sub).mkdir()
+        (orch / sub / "__init__.py").write_text("")
+        (orch / sub / "y.py").write_text(text)
     (tmp_path / "envs").mkdir()
     (tmp_path / "envs" / "__init__.py").write_text("")
     monkeypatch.setattr(__import__(__name__), "REPO", tmp_path)
@@ -140,6 +175,12 @@ def test_the_checker_sees_a_cycle_and_a_wrong_way_import(tmp_path, monkeypatch):
         assert "workers.a" in str(exc)
     else:
         raise AssertionError("the planted cycle was not found")
+    try:
+        test_orchestrator_subpackages_import_downwards()
+    except AssertionError as exc:
+        assert "orchestrator.runs.y -> orchestrator.analysis.y" in str(exc)
+    else:
+        raise AssertionError("the planted upward import runs -> analysis was not found")
     try:
         test_ray_is_imported_only_at_the_edge()
     except AssertionError as exc:

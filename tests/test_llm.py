@@ -162,6 +162,7 @@ def test_every_scenario_has_a_prompt_whose_answer_parses(name):
 # -- the client: retries, timeouts, fatal errors, no key in the record ------------------------
 
 
+@pytest.mark.slow
 def test_429_500_and_a_hang_are_retried(tmp_path):
     with LLMStubServer(script=["429", "500", "hang"], hang_s=30.0) as srv:
         pool = LocalLLMPool(cfg(srv), tmp_path / "llm")
@@ -189,6 +190,122 @@ def test_retries_exhausted_is_a_reply_not_a_crash():
             pool.close()
     assert not reply["ok"] and reply["attempts"] == 3 and "HTTP 500" in reply["error"] and "after 3 attempts" in reply["error"]
     assert len(srv.requests) == 3
+
+
+def test_a_reply_that_is_not_utf8_is_a_counted_failed_call_never_a_traceback():
+    """Bytes that are not UTF-8 (a 200 whose chat completion holds Latin-1 and a stray 0xff) make
+    a failed call, retried like any body that is not a chat completion, counted by LLMTester,
+    whose seed falls back to the random mutation."""
+    sc = get_scenario("CartPole-v1")
+    with LLMStubServer(script=["not_utf8", "not_utf8", "json"], step=0.05) as srv:
+        pool = LocalLLMPool(cfg(srv, max_concurrent=1, max_retries=0))
+        f = make_fuzzer("llmtester", sc, seed=0, multi_scale=False)
+        f.attach_llm(pool.generate, structured=True, reasoning=True)
+        try:
+            (reply,) = ask(pool)
+            states = sc.sample(np.random.default_rng(0), 2)
+            out, ops = f._mutate_parents(states, np.arange(2), np.full(2, 100.0))
+        finally:
+            pool.close()
+    assert not reply["ok"] and reply["status"] == 200
+    assert "not UTF-8 text (byte 0xe9 at offset" in reply["error"], reply["error"]
+    s = f.stats()
+    assert s["llm_calls"] == 2 and s["llm_failed"] == 1 and s["llm_usable"] == 1
+    assert ops == ["llm_fallback", "llm"] and np.all(out >= sc.low) and np.all(out <= sc.high)
+
+
+def test_the_call_deadline_ends_a_call_to_a_server_that_never_answers():
+    """A server that accepts and never answers: the call ends at llm.call_deadline_s (1.5 s, less
+    than one attempt's llm.timeout_s), counting attempts, retries and backoffs together, as a
+    failed reply that names the setting."""
+    with LLMStubServer(default="hang", hang_s=60.0) as srv:
+        pool = LocalLLMPool(cfg(srv, timeout_s=30.0, max_retries=5, call_deadline_s=1.5, phase_deadline_s=None))
+        try:
+            (reply,) = ask(pool)
+        finally:
+            pool.close()
+    assert not reply["ok"] and reply["attempts"] == 1 and len(srv.requests) == 1
+    assert "no answer within the call's deadline (llm.call_deadline_s = 1.5 s)" in reply["error"], reply["error"]
+    assert reply["latency_s"] < 30.0  # it did not wait for the attempt's timeout, let alone the server
+
+
+def test_the_phase_deadline_stops_a_phase_whose_calls_get_no_answer():
+    """llm.phase_deadline_s: once the calls of a pool (a campaign phase) have had no answer for
+    that long, the phase stops with one message (LLMFatalError: exit 2 in the CLI); every answer
+    starts the count again, and a call is cut to the time left to the phase."""
+    with LLMStubServer(script=["ok"], default="hang", hang_s=60.0) as srv:
+        pool = LocalLLMPool(cfg(srv, timeout_s=30.0, max_retries=5, call_deadline_s=120.0, phase_deadline_s=2.0))
+        try:
+            (first,) = ask(pool)
+            assert first["ok"] and pool.silent_since is None  # an answer: nothing counted
+            with pytest.raises(LLMFatalError) as stop:
+                ask(pool, n=2)
+        finally:
+            pool.close()
+    message = str(stop.value)
+    assert f"the LLM endpoint {srv.base_url} gave no answer in 2 s, the longest a phase waits" in message, message
+    assert "(llm.phase_deadline_s; last: no reply within" in message and "the phase stopped" in message
+    assert "nothing was committed yet" in message  # a pool without a run folder
+    assert srv.actions() == ["ok", "hang", "hang"]  # each call cut to the phase's 2 s: one attempt each
+
+
+def test_deadlines_are_validated():
+    for name, value in (("call_deadline_s", 0), ("call_deadline_s", float("nan")), ("call_deadline_s", float("inf")),
+                        ("phase_deadline_s", -1.0), ("phase_deadline_s", float("nan"))):
+        with pytest.raises(LLMConfigError, match=f"llm.{name} has an impossible value"):
+            LLMConfig(base_url="http://127.0.0.1:1/v1", model="m", **{name: value}).check()
+    assert LLMConfig(base_url="http://127.0.0.1:1/v1", model="m", phase_deadline_s=None).check()
+
+
+HANG_CAMPAIGN = """
+scenario: CartPole-v1
+aut: "{aut}"
+workers: 0
+seed: 3
+output: {out}
+mlflow: false
+safety:
+  fuzzer: llmtester
+  params: {{multi_scale: false}}
+  budget: {{episodes: 64}}
+  sampling_fraction: 0.25
+  generation_size: 8
+llm: {{requests_per_minute: 6000, timeout_s: 30, max_retries: 3, backoff_s: 0.01, call_deadline_s: 60,
+      phase_deadline_s: 3}}
+"""
+
+
+@pytest.mark.campaign
+def test_a_server_that_stops_answering_ends_the_phase_with_exit_2_and_the_run_resumes(tmp_path, monkeypatch, capsys):
+    """`deltarl run` against a server that answers the first generation's calls, then accepts and
+    never answers: the phase stops at llm.phase_deadline_s (3 s, not 4 attempts of 30 s per call)
+    with one message and exit 2, the run keeps what it committed, and `--resume` against a server
+    that answers finishes it (the endpoint comes from DELTARL_LLM_BASE_URL, as a moved server's would)."""
+    from orchestrator.cli import main
+
+    out = tmp_path / "run"
+    camp = tmp_path / "c.yaml"
+    camp.write_text(HANG_CAMPAIGN.format(aut=BALANCER, out=out))
+    monkeypatch.setenv("DELTARL_LLM_MODEL", "stub")
+    with LLMStubServer(script=["json"] * 8, default="hang", hang_s=30.0, step=0.05) as srv:
+        monkeypatch.setenv("DELTARL_LLM_BASE_URL", srv.base_url)
+        t0 = time.monotonic()
+        code = main(["run", str(camp), "--quiet"])
+        took = time.monotonic() - t0
+        _, err = capsys.readouterr()
+    assert code == 2, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"deltarl: error: the LLM endpoint {srv.base_url} gave no answer in 3 s"), lines[0]
+    assert lines[0].endswith(f"the run keeps what it committed: continue it with: deltarl run --resume {out}")
+    assert took < 4 * 30.0  # ended by the phase's deadline, not by the calls' attempts
+    with LLMStubServer(default="json", step=0.05) as srv:
+        monkeypatch.setenv("DELTARL_LLM_BASE_URL", srv.base_url)
+        code = main(["run", "--resume", str(out), "--quiet"])
+        _, err = capsys.readouterr()
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["episodes"] >= 64 and summary["llm_usable"] > 0
 
 
 def test_a_wrong_key_is_fatal_and_never_echoed(monkeypatch):
@@ -235,6 +352,7 @@ def test_no_endpoint_names_the_settings(tmp_path, monkeypatch):
 # -- the rate limiter ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_rate_limiter_buckets_in_process():
     import asyncio
 
@@ -341,6 +459,7 @@ def test_multi_scale_parameters_default_to_table_i_per_scenario():
     assert (f.alpha, f.beta, f.delta) == (20.0, 0.5, 0.1)
 
 
+@pytest.mark.slow
 def test_bad_case_feedback_reaches_the_next_prompt():
     """Algorithm 1's testing feedback F: a malformed reply (invalidity), a far jump (excessive
     modification) and a scenario that did not lower the reward (insufficient challenge) each
@@ -380,7 +499,7 @@ def test_bad_case_feedback_reaches_the_next_prompt():
     assert len(prompts) >= 3  # three generations asked the LLM
     assert "- none yet" in prompts[0][0]  # the first prompt has no feedback
     kinds = set()
-    for k, (call, lines) in enumerate(new_lines[:-1]):
+    for k, (_call, lines) in enumerate(new_lines[:-1]):
         nxt = prompts[new_lines[k + 1][0]]
         for line in lines:
             kinds.add(line.split(":")[0])
@@ -405,7 +524,7 @@ def test_failures_are_counted_by_the_operator_that_made_the_test():
 
     def generate(requests):
         out = []
-        for r in requests:
+        for _request in requests:  # one reply each, by turn
             turn["n"] += 1
             state = dict(zip(sc.state_names, (0.01 * (turn["n"] % 5), 0.0, 0.0, 0.0)))
             text = _json.dumps({"new_state": state}) if turn["n"] % 3 else "no state here"
@@ -507,6 +626,7 @@ def test_llmtester_campaign_against_the_local_server(tmp_path, ray_cluster, monk
     assert runs and runs[0].data.metrics["llm_calls"] == last["llm_calls"]
 
 
+@pytest.mark.campaign
 def test_llmtester_as_an_optimality_fuzzer(tmp_path):
     """Under the differential oracle (AUT vs a challenger from the same LLM-made states)."""
     from orchestrator.campaign.pipeline import run_campaign
@@ -536,6 +656,7 @@ llm: {{base_url: "{srv.base_url}", model: stub, requests_per_minute: 6000, timeo
     assert len(pd.read_parquet(tmp_path / "run" / "llm")) == timeline["llm_calls"].iloc[-1]
 
 
+@pytest.mark.slow
 def test_an_endpoint_that_is_not_there_stops_with_a_clear_error():
     import socket
 
@@ -546,7 +667,10 @@ def test_an_endpoint_that_is_not_there_stops_with_a_clear_error():
     pool = LocalLLMPool(LLMConfig(base_url=f"http://127.0.0.1:{port}/v1", model="m", max_retries=1,
                                   backoff_s=0.01, timeout_s=1.0))
     try:
-        with pytest.raises(LLMFatalError, match=f"cannot reach the LLM endpoint http://127.0.0.1:{port}/v1.*--resume"):
+        # what the person can do next: no run folder here, so nothing to resume (a run that committed a
+        # generation is told `deltarl run --resume RUN`: the never-answering server's test)
+        with pytest.raises(LLMFatalError, match=f"cannot reach the LLM endpoint http://127.0.0.1:{port}/v1.*"
+                                                f"nothing was committed yet: run the campaign again"):
             ask(pool, n=2)
     finally:
         pool.close()
@@ -616,6 +740,7 @@ def test_integer_states_are_listed_in_the_schema_and_printed_as_integers():
                                                                             "theta_dot": 1.0}
 
 
+@pytest.mark.slow
 def test_response_format_auto_steps_down_to_what_the_server_takes(tmp_path):
     """``response_format: auto`` sends OpenAI's json_schema; a server that refuses it (as
     llama-cpp-python's does, with HTTP 500) gets llama.cpp's json_object + schema from then on, and
@@ -681,6 +806,7 @@ def test_invalid_replies_are_counted_and_logged_never_a_crash(tmp_path, caplog):
     assert all(r["format"] == "json_schema" for r in srv.requests)
 
 
+@pytest.mark.campaign
 def test_the_local_model_server_is_stopped_on_ctrl_c(tmp_path, monkeypatch):
     """A campaign without an endpoint starts the local model's server for the phase (here the test
     double in its place) and stops it when the phase ends, also when Ctrl-C interrupts it."""

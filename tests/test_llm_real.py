@@ -221,6 +221,7 @@ def test_unconstrained_replies_never_crash_and_are_counted(server):
     assert np.all(out >= sc.low) and np.all(out <= sc.high)
 
 
+@pytest.mark.subprocess
 def test_a_missing_extra_is_one_line_naming_the_fix(tmp_path, monkeypatch):
     """Without the extra (here: a model file that is not there) a campaign that needs the local model
     stops before any work, and the CLI prints one line and exits 2."""
@@ -246,6 +247,7 @@ def test_a_missing_extra_is_one_line_naming_the_fix(tmp_path, monkeypatch):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.subprocess
 @needs_model
 def test_llm_serve_prints_the_endpoint_and_stops(capsys):
     """`deltarl llm serve` starts the local model on 127.0.0.1, prints what a campaign passes, and

@@ -88,6 +88,7 @@ def assert_same_episode(name, i, b, ref):
 # every scenario); here: long episodes under a standing controller, to the 1000-step limit.
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name,overrides", [(n, {}) for n in NAMES]
                          + [("Hopper-Noise", {"wind": "ar1", "wind_body": "torso"})])
 def test_conformance_long_episodes(name, overrides):
@@ -182,6 +183,7 @@ def test_reset_noise_scale_widens_the_region():
         get_scenario("Walker2d-v5", reset_noise_scale=-1.0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_is_failure_matches_terminations(name):
     scenario = get_scenario(name)
@@ -208,6 +210,7 @@ def test_is_failure_matches_terminations(name):
     assert "1000 steps" in scenario.failure_rule
 
 
+@pytest.mark.slow
 def test_simulator_reuse_partial_batches_and_backends():
     """A simulator reused for a second (smaller) batch, larger-than-needed batch sizes and the
     pure-Python loop backend all give the same episodes as a fresh exact-size batch."""
@@ -218,7 +221,7 @@ def test_simulator_reuse_partial_batches_and_backends():
         seeds = np.arange(n) + 100
         act = np.random.default_rng(10).uniform(-0.3, 0.3, size=(1000, n, scenario.action.size))
 
-        def episodes(sim, idx):
+        def episodes(sim, idx, states=states, seeds=seeds, act=act):  # bound now: the loop rebinds them
             obs0 = sim.reset_to(states[idx], seeds[idx])
             last = obs0.copy()
             t = 0
@@ -239,8 +242,8 @@ def test_simulator_reuse_partial_batches_and_backends():
         assert np.array_equal(sub_last, ref_last[sub])
 
         # exact per-step comparison of the two backends
-        tb, _ = run_batched(scenario, states, seeds, lambda o, t: act[min(t.max(), 999)])
-        tl, _ = run_batched(scenario, states, seeds, lambda o, t: act[min(t.max(), 999)], backend="loop")
+        tb, _ = run_batched(scenario, states, seeds, lambda o, t, act=act: act[min(t.max(), 999)])
+        tl, _ = run_batched(scenario, states, seeds, lambda o, t, act=act: act[min(t.max(), 999)], backend="loop")
         for i in range(n):
             assert np.array_equal(tb[i]["obs"], tl[i]["obs"]) and np.array_equal(tb[i]["rewards"], tl[i]["rewards"])
 
@@ -266,6 +269,7 @@ def _noise_episodes(scenario, states, seeds, batch_size=None):
     return traj
 
 
+@pytest.mark.slow
 def test_hopper_noise_reproducible_and_seed_dependent():
     scenario = get_scenario("Hopper-Noise", max_steps=300)  # crosses the first wind chunk
     states = np.repeat(scenario.sample(np.random.default_rng(0), 1), 6, axis=0)
@@ -288,6 +292,7 @@ def test_hopper_noise_reproducible_and_seed_dependent():
     assert not np.array_equal(plain[0]["obs"], traj[0]["obs"][: len(plain[0]["obs"])])
 
 
+@pytest.mark.slow
 def test_hopper_noise_independent_of_batch_composition():
     scenario = get_scenario("Hopper-Noise", max_steps=300)
     rng = np.random.default_rng(1)
@@ -364,6 +369,7 @@ def test_wind_stream_and_model():
         get_scenario("Hopper-Noise", wind_std=-1.0).simulator(2)
 
 
+@pytest.mark.slow
 def test_simulator_type_and_threads():
     scenario = get_scenario("Walker2d-v5")
     sim = scenario.simulator(8, nthread=2)

@@ -279,6 +279,7 @@ optimality:
     return p
 
 
+@pytest.mark.campaign
 def test_optimality_phase_records_bugs_that_replay(tmp_path):
     from orchestrator.campaign.config import load_campaign
     from orchestrator.campaign.pipeline import run_campaign
@@ -306,6 +307,7 @@ def test_optimality_phase_records_bugs_that_replay(tmp_path):
     assert main(["replay", str(out), "99999"]) == 2
 
 
+@pytest.mark.campaign
 def test_optimality_resume_continues_exactly(tmp_path, monkeypatch):
     from orchestrator import fuzzers
     from orchestrator.campaign.config import load_campaign
@@ -337,6 +339,7 @@ def test_optimality_resume_continues_exactly(tmp_path, monkeypatch):
     assert len(RunStore.open(cut.output).read_episodes(phase="optimality")) == 2 * 96
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize("fuzzer", ["random", "curefuzz"])
 def test_safety_fuzzers_run_as_baselines_under_the_same_oracle(tmp_path, fuzzer):
     from orchestrator.campaign.config import load_campaign
@@ -346,6 +349,7 @@ def test_safety_fuzzers_run_as_baselines_under_the_same_oracle(tmp_path, fuzzer)
     assert s["fuzzer"] == fuzzer and s["cases"] == 48 and s["bugs"] > 0
 
 
+@pytest.mark.campaign
 def test_statistical_oracle_on_hopper_noise(tmp_path):
     from orchestrator.campaign.config import load_campaign
     from orchestrator.campaign.optimality import run_optimality

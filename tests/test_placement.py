@@ -21,7 +21,7 @@ SCRIPT = textwrap.dedent("""
     os.environ["RAY_AUTH_MODE"] = "disabled"
     ray.init(address="local", num_cpus=2, num_gpus=float(sys.argv[1]), include_dashboard=False,
              logging_level="ERROR")
-    from orchestrator.cluster.driver import RolloutPool
+    from orchestrator.cluster.pool import RolloutPool
     pool = RolloutPool("CartPole-v1", {"aut": "python:workers.examples:cartpole_balancer"}, workers=2)
     got = [ray.get(a.__ray_call__.remote(lambda self: ray.get_runtime_context().get_assigned_resources()))
            for a in pool.actors]
@@ -40,6 +40,7 @@ def test_rollout_actors_take_a_gpu_fraction_only_when_the_cluster_has_gpus(gpus,
         assert res.get("CPU") == 1.0 and res.get("GPU", 0.0) == want
 
 
+@pytest.mark.slow
 def test_training_goes_to_a_gpu_worker_only_when_the_cluster_has_gpus(monkeypatch, tmp_path):
     """run_train_job's choice: one GPU worker with GPUs, in-process (num_workers=0) without.
     A GPU training cannot run on this GPU-less machine, so the trainer is replaced by a recorder

@@ -7,6 +7,7 @@ import pytest
 from envs import ScenarioError, get_scenario, register_scenario
 
 
+@pytest.mark.campaign
 def test_plugin_through_the_environment(tmp_path, monkeypatch):
     from orchestrator.campaign.config import load_campaign
     from orchestrator.campaign.safety import run_safety

@@ -439,6 +439,7 @@ def test_cuda_requested_without_cuda(mlps):
     ("CartPole-v1", "sb3:PPO"),  # a distribution's mode
     ("CartPole-v1", "sb3:DQN"),
 ])
+@pytest.mark.slow
 def test_act_alone_equals_acting_on_each_row_by_itself(tmp_path, scenario, uri):
     """`act_alone` (what confirmation and replay use) gives bit for bit the actions of calling
     `act` on each observation alone; random policies draw in the same order."""
@@ -508,6 +509,7 @@ def test_a_rowwise_graph_is_used_only_where_each_row_comes_out_as_alone(tmp_path
     np.testing.assert_array_equal(p.act_alone(obs), rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make,discrete", [("DiscreteBCQConfig", True), ("DiscreteCQLConfig", True),
                                            ("DiscreteBCConfig", True), ("BCConfig", False), ("CQLConfig", False),
                                            ("BCQConfig", False)])
@@ -532,4 +534,7 @@ def test_d3rlpy_policies_act_through_the_greedy_graph_as_predict_does(tmp_path, 
         alone = np.concatenate([np.asarray(algo.predict(obs[j:j + 1].copy())) for j in range(40)])
         np.testing.assert_array_equal(p._forward_alone(obs[:40]), alone)
     np.testing.assert_array_equal(p.act_alone(obs[:40]), np.concatenate([p.act(obs[j:j + 1]) for j in range(40)]))
-    assert (p.rowwise is None) == (p.graph is None)  # every traced greedy graph passes the rowwise check
+    if p.graph is None:
+        assert p.rowwise is None
+    # Whether a traced graph passes the rowwise check depends on the CPU's kernels (CI's CPU refused
+    # BC's graph on 2026-12-07 where this one accepts it); either way act_alone is exact (above).

@@ -17,7 +17,7 @@ URIS = {"aut": "python:workers.examples:acrobot_swing", "challenger": "random:5"
 
 
 def test_pool_matches_in_process_rollout(ray_cluster):
-    from orchestrator.cluster.driver import RolloutPool
+    from orchestrator.cluster.pool import RolloutPool
 
     sc = get_scenario("Acrobot-v1")
     states = sc.sample(np.random.default_rng(11), 30)
@@ -44,7 +44,7 @@ def test_a_killed_rollout_actor_is_restarted_and_its_batches_rerun(ray_cluster):
     equals the in-process rollout, each episode exactly once."""
     import ray
 
-    from orchestrator.cluster.driver import RolloutPool
+    from orchestrator.cluster.pool import RolloutPool
 
     sc = get_scenario("Acrobot-v1")
     states = sc.sample(np.random.default_rng(3), 40)
@@ -74,7 +74,7 @@ def test_a_killed_rollout_actor_is_restarted_and_its_batches_rerun(ray_cluster):
 
 
 def test_pool_reports_a_policy_that_does_not_load(ray_cluster):
-    from orchestrator.cluster.driver import RolloutPool
+    from orchestrator.cluster.pool import RolloutPool
 
     with pytest.raises(Exception, match="policy file not found"):
         RolloutPool("CartPole-v1", {"aut": "/nonexistent/aut.pt"}, workers=1)
@@ -83,7 +83,7 @@ def test_pool_reports_a_policy_that_does_not_load(ray_cluster):
 def test_actors_use_no_gpu_on_a_cpu_cluster(ray_cluster):
     import ray
 
-    from orchestrator.cluster.driver import RolloutPool
+    from orchestrator.cluster.pool import RolloutPool
 
     assert ray.cluster_resources().get("GPU", 0) == 0
     pool = RolloutPool("CartPole-v1", {"aut": "python:workers.examples:cartpole_balancer"}, workers=1)
@@ -97,10 +97,10 @@ def test_actors_use_no_gpu_on_a_cpu_cluster(ray_cluster):
 def test_corpus_actor_holds_a_corpus(ray_cluster):
     import ray
 
-    from orchestrator.cluster.driver import corpus_actor_class
+    from orchestrator.cluster.pool import corpus_actor_class
     from orchestrator.fuzzers.corpus import Corpus
 
-    actor = corpus_actor_class().remote(2)
+    actor = corpus_actor_class(Corpus).remote(2)
     ids = ray.get(actor.add.remote(np.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]), energy=[0.0, 1.0, 0.0], ret=[1, 2, 3]))
     assert list(ids) == [0, 1, 2]
     picks = ray.get(actor.select.remote(np.random.default_rng(0), 20))
@@ -113,7 +113,7 @@ def test_corpus_actor_holds_a_corpus(ray_cluster):
 
 
 def test_campaign_metrics_reach_ray_when_it_runs(ray_cluster):
-    from orchestrator.cluster.driver import CampaignMetrics
+    from orchestrator.cluster.progress import CampaignMetrics
 
     m = CampaignMetrics("metrics-test", "safety")
     assert m.on
@@ -126,7 +126,9 @@ def test_actors_are_named_by_campaign_and_role_and_progress_is_an_actor(ray_clus
     of the same name gets free names), and the campaign's progress actor with one update per call."""
     import ray
 
-    from orchestrator.cluster.driver import CampaignMetrics, RolloutPool, _named, dashboard_info
+    from orchestrator.cluster.dashboard import dashboard_info
+    from orchestrator.cluster.pool import RolloutPool, named_actor
+    from orchestrator.cluster.progress import CampaignMetrics
 
     uris = {"aut": "python:workers.examples:cartpole_balancer"}
     pool = RolloutPool("CartPole-v1", uris, workers=2, name="named-test/safety")
@@ -140,7 +142,7 @@ def test_actors_are_named_by_campaign_and_role_and_progress_is_an_actor(ray_clus
             def ping(self):
                 return 1
 
-        handle = _named(ray.remote(num_cpus=0)(Probe), "named-test/optimality/rollout-0").remote()
+        handle = named_actor(ray.remote(num_cpus=0)(Probe), "named-test/optimality/rollout-0").remote()
         assert ray.get(ray.get_actor("named-test/optimality/rollout-0~2").ping.remote()) == 1
         ray.kill(handle)
     finally:
@@ -151,3 +153,47 @@ def test_actors_are_named_by_campaign_and_role_and_progress_is_an_actor(ray_clus
     state = ray.get(ray.get_actor("deltarl/named-test/progress").state.remote())
     assert state["phases"]["safety"] == {"progress": "64/64 episodes", "failures": 5, "bugs": None}
     assert dashboard_info() is None  # the test cluster runs without a dashboard
+
+
+def _gone(name: str, wait: float = 30.0) -> bool:
+    """Whether the named actor is gone within ``wait`` s (Ray ends an actor asynchronously)."""
+    import time
+
+    import ray
+
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name)
+        except ValueError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_a_driver_session_holds_the_progress_actor_across_phases_until_it_ends(ray_cluster):
+    """``deltarl run``'s session keeps one progress actor for all the campaign's phases (each
+    phase's metrics object is gone before the next is made) and lets it go when it ends;
+    ``release_progress`` ends one at once (a grid's worker after each campaign)."""
+    import gc
+
+    import ray
+
+    from orchestrator.cluster.progress import CampaignMetrics, release_progress
+    from orchestrator.cluster.session import DriverSession
+
+    with DriverSession():
+        for phase, kw in (("safety", {"failures": 1, "progress": "8/8 episodes"}),
+                          ("optimality", {"bugs": 2, "progress": "4/4 cases"})):
+            m = CampaignMetrics("session-test", phase)
+            m.update(episodes=8, **kw)
+            del m
+            gc.collect()
+        state = ray.get(ray.get_actor("deltarl/session-test/progress").state.remote())
+        assert state["phases"] == {"safety": {"progress": "8/8 episodes", "failures": 1, "bugs": None},
+                                   "optimality": {"progress": "4/4 cases", "failures": None, "bugs": 2}}
+        CampaignMetrics("release-test", "safety").update(episodes=1, progress="1/1 episodes")
+        assert release_progress("release-test") and _gone("deltarl/release-test/progress")
+        assert not release_progress("release-test")
+        assert ray.get_actor("deltarl/session-test/progress")  # the session still holds it
+    assert _gone("deltarl/session-test/progress"), "the session's end left its progress actor up"

@@ -93,3 +93,32 @@ def test_side_by_side_clock_and_failure_marks():
     frames = side_by_side_frames([("AUT", ep(5, True)), ("challenger", ep(9, False))], title="t")
     assert len(frames) == len({0, 2, 4, 5, 6, 8, 9})
     assert frames[0].size == (60 + 6 + 60, 40 + 34)
+
+
+def test_highway_frames_are_drawn():
+    """gym:highway-v0 (pygame drawing, highway-env): the rendered frames show the road and the vehicles,
+    not a uniform (black) image, and they change as the vehicles move; a renderer that draws blank frames
+    is refused by name rather than making a black video."""
+    import os
+
+    from envs import get_scenario
+    from workers.policies import load_policy
+    from workers.render import PANEL_HEIGHT, RenderError, _frame, render_episodes
+
+    sc = get_scenario("gym:highway-v0")
+    state = sc.sample(np.random.default_rng(0), 1)[0]
+    (label, ep), = render_episodes(sc, {"AUT": load_policy("experiments/gym/agents/highway-v0-dqn/model.zip", sc)},
+                                   state, seed=3, max_frames=4)
+    frames = [ep.frames[t] for t in sorted(ep.frames)]
+    assert len(frames) >= 2 and frames[0].shape[0] == PANEL_HEIGHT
+    for f in frames:
+        assert f.std() > 5 and len(np.unique(f.reshape(-1, 3), axis=0)) > 10  # road, lane marks, vehicles
+    assert np.abs(frames[0].astype(float) - frames[-1].astype(float)).mean() > 0.5
+
+    class Blank:
+        def render(self):
+            return np.zeros((150, 600, 3), np.uint8)
+
+    with pytest.raises(RenderError, match="one colour.*SDL_VIDEODRIVER"):
+        _frame(Blank(), sc, 150)
+    assert os.environ.get("SDL_VIDEODRIVER") != "dummy"

@@ -22,6 +22,7 @@ def _probe(n=512, dim=4, seed=0):
     return np.random.default_rng(seed).uniform(-0.3, 0.3, (n, dim)).astype(np.float32)
 
 
+@pytest.mark.training
 def test_discrete_cql_starts_from_the_aut_weights():
     import d3rlpy
     import torch
@@ -91,6 +92,7 @@ def test_continuous_cql_starts_from_the_sac_weights():
     assert float(next(cql.impl._modules.log_temp.parameters()).exp().item()) == pytest.approx(0.3)
 
 
+@pytest.mark.training
 def test_continuous_repair_learning_rates_reach_cql():
     """A SAC AUT's defaults (actor lr 1e-7, the temperature kept, 1,000 steps) and explicit
     --actor-lr / --temp-lr reach d3rlpy's CQL: the kept temperature does not move through updates,
@@ -224,6 +226,7 @@ def test_repair_end_to_end_on_a_small_run(weak_run, tmp_path):
     assert main(["repair", str(run), "--steps", "5", "--quiet"]) == 2
 
 
+@pytest.mark.campaign
 def test_repair_reruns_the_challenger_when_its_trajectories_are_gone(weak_run, tmp_path):
     from orchestrator.campaign.repair import RepairInputs, superior_steps
     from orchestrator.runs.store import RunStore
@@ -245,6 +248,7 @@ def test_repair_reruns_the_challenger_when_its_trajectories_are_gone(weak_run, t
     assert store.run_id
 
 
+@pytest.mark.training
 def test_union_ablation_trains_on_d_and_d_superior(weak_run, tmp_path):
     from orchestrator.campaign.repair import repair_run
     from orchestrator.runs.store import RunStore
@@ -269,6 +273,7 @@ def test_union_ablation_trains_on_d_and_d_superior(weak_run, tmp_path):
     assert "Fuzz re-evaluation: curefuzz, 32 episodes" in (run / "repair" / "repair.md").read_text()
 
 
+@pytest.mark.campaign
 def test_repair_error_messages(weak_run, tmp_path, capsys):
     from orchestrator.cli import main
 
@@ -350,6 +355,7 @@ def test_repair_reruns_verdicts_as_the_phase_that_found_them_acted(monkeypatch):
     assert seen == [True, False]
 
 
+@pytest.mark.subprocess
 def test_repair_settings_benchmark_runs_and_matches_deltarl_repair(weak_run, tmp_path):
     """benchmarks/repair_settings.py on the small CartPole run: a row per evaluated step, and its
     evaluation at the last step is the AUT-Improved that `deltarl repair` with the same settings

@@ -20,8 +20,8 @@ from browser import Browser
 from orchestrator.analysis.report import NOT_IN_RUN, ReportError, write_report
 
 REPO = Path(__file__).resolve().parents[1]
-COMMITTED = ("delta-local-rq1", "delta-local-rq2-rq3", "delta-local-table7", "llmtester-table2",
-             "delta-rq1-local-CartPole-paper-aut", "delta-paper-cases-rq2-rq3", "delta-paper-cases-rq1",
+COMMITTED = ("archive/delta-local-rq1", "delta-local-rq2-rq3", "archive/delta-local-table7", "llmtester-table2",
+             "archive/delta-rq1-local-CartPole-paper-aut", "delta-paper-cases-rq2-rq3", "delta-paper-cases-rq1",
              "delta-mujoco-local", "delta-table7-hopper-noise-challengers")
 
 
@@ -92,6 +92,7 @@ def runs(tmp_path_factory):
     return tmp
 
 
+@pytest.mark.subprocess
 def test_report_of_a_run_renders_in_chromium(runs, tmp_path):
     import json
 
@@ -130,6 +131,7 @@ def test_report_of_a_run_renders_in_chromium(runs, tmp_path):
     assert {"runs.parquet", "bug_list.parquet", "timelines.parquet", "cases.parquet", "meta.json"} <= saved
 
 
+@pytest.mark.subprocess
 def test_report_degrades_gracefully_on_a_safety_only_run(runs, tmp_path):
     out = write_report(runs / "safety-only", tmp_path)
     md = Path(out["markdown"]).read_text()
@@ -140,6 +142,7 @@ def test_report_degrades_gracefully_on_a_safety_only_run(runs, tmp_path):
     assert len(seen["images"]) == 2 and all(i["ok"] for i in seen["images"])
 
 
+@pytest.mark.subprocess
 def test_report_of_a_grid_leads_with_the_answer(runs, tmp_path):
     """The grid's report: the comparison with the paper on the first screen, every image loads,
     no table runs off the page, the raw per-campaign table last and plain."""
@@ -177,6 +180,7 @@ def test_report_of_a_grid_leads_with_the_answer(runs, tmp_path):
     assert not any(t["overflow"] for t in seen["tables"]), [t["text"][:80] for t in seen["tables"] if t["overflow"]]
 
 
+@pytest.mark.slow
 def test_report_is_made_again_from_its_saved_data(runs, tmp_path):
     """Without the run folders: the report folder alone (report_data/, report_files/) gives the
     same tables, figures and bug videos."""
@@ -191,6 +195,7 @@ def test_report_is_made_again_from_its_saved_data(runs, tmp_path):
     assert "from the data saved beside it" in b
 
 
+@pytest.mark.campaign
 def test_a_saved_report_grows_with_added_run_folders(runs, tmp_path, capsys):
     """A results folder whose run folders are gone takes more runs (``deltarl report FOLDER --add
     RUN_DIR``): the saved campaigns keep their rows and bug videos, the added ones join them, adding
@@ -245,6 +250,7 @@ def assert_challengers_find_other_bugs(src: Path) -> set:
     return set(runs.groupby(["scenario", "seed"]).groups)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("folder", COMMITTED)
 def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
     """``deltarl report experiments/results/<folder>`` from the repository alone gives the
@@ -254,7 +260,7 @@ def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
     assert Path(out["markdown"]).read_text() == (src / "report.md").read_text()
     md = (src / "report.md").read_text()
     assert "(n=" in md
-    if folder.startswith("delta-local"):  # runs without a challenger or bug videos: said so
+    if src.name.startswith("delta-local"):  # runs without a challenger or bug videos: said so
         assert "What this report cannot show" in md
     if folder == "llmtester-table2":  # Table II from the committed data: every ACAS Xu run, the paper beside it
         assert "| llmtester | 1 | 212 | 149 | 13 | 25 | 1600 | 1524 | 908 | 0.17 |" in md
@@ -277,7 +283,7 @@ def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
         assert "| llmtester w/o ms | 2 | 279 | 48238 | 3 | 276 | 1193 | 1193 | 183 | – | 27355 |" in md
         assert "| llmtester w/o ms | the LLM's scenario | 3639 | 522 | 14.3% | 3 |" in md
         assert "LLM calls saved by the multi-scale strategy: 46.0% (655 calls per run with it, n=3; 1213" in md
-    if folder == "delta-rq1-local-CartPole-paper-aut":
+    if folder == "archive/delta-rq1-local-CartPole-paper-aut":
         # issue #17: with the paper-quality AUT and the normalised energy, BC, BCQ and CQL find other bugs
         rows = [ln for ln in md.splitlines() if re.match(r"\| delta-rq1-00\d \|", ln)]
         assert len(rows) == 9
@@ -320,6 +326,7 @@ def test_committed_reports_are_made_from_committed_data(folder, tmp_path):
         assert f"report_files/{f.name}" in md
 
 
+@pytest.mark.slow
 def test_table7_cases_agree_with_their_campaigns():
     """The committed Hopper-Noise test cases (5 + 5 rollout returns each) give, under the oracle's
     own test, each campaign's bug count (the script exits naming the campaign when they disagree),
@@ -327,7 +334,7 @@ def test_table7_cases_agree_with_their_campaigns():
     import runpy
 
     folder = REPO / "experiments" / "results" / "delta-table7-hopper-noise-summaries"
-    mod = runpy.run_path(str(REPO / "experiments" / "results" / "table7_margins.py"))
+    mod = runpy.run_path(str(REPO / "benchmarks" / "table7_margins.py"))
     table = mod["table"](folder)
     rows = [ln for ln in table.splitlines() if ln.startswith("| delta-table7-")]
     assert len(rows) == len(list(folder.glob("*.cases.csv"))) == 18  # the whole grid's 18 campaigns
@@ -335,6 +342,7 @@ def test_table7_cases_agree_with_their_campaigns():
     assert all(row in readme for row in rows)
 
 
+@pytest.mark.campaign
 def test_report_cli(runs, tmp_path, capsys):
     from orchestrator.cli import main
 
@@ -383,6 +391,7 @@ def test_paper_numbers_reproduce_the_papers_percentages():
     assert np.isclose(t3["Acrobot-v1"]["bugs"]["delta"][0], 5450.0)
 
 
+@pytest.mark.campaign
 def test_report_gives_llmtesters_table2_layout_from_the_runs_figures(tmp_path):
     """Safety runs on ACAS Xu of random, MDPFuzz, LLMTester and LLMTester w/o ms, two seeds each
     (the LLM is the local test double): the report's Table II rows are the runs' own summary

@@ -86,6 +86,7 @@ def _error(uri, scenario=None) -> str:
 # ---------------------------------------------------------------------------------------------
 # the three agents, scored on deltarl's scenarios
 # ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_walker2d_sac_scores_like_the_papers_aut():
     policy, ret, fail = _returns(f"rlzoo:{WALKER}", "Walker2d-v5", 5)
     assert isinstance(policy, RLZooPolicy) and policy.algo == "SAC" and policy.env == "Walker2d-v3"
@@ -94,12 +95,14 @@ def test_walker2d_sac_scores_like_the_papers_aut():
     assert not fail.any()
 
 
+@pytest.mark.slow
 def test_hopper_sac_bare_zip_in_its_folder():
     policy, ret, _ = _returns(str(HOPPER / "Hopper-v3.zip"), "Hopper-v5", 10)
     assert policy.format == "rlzoo" and policy.algo == "SAC"
     assert abs(ret.mean() - 1207.9) <= _within_noise(ret, 1207.9, 98.1), ret
 
 
+@pytest.mark.slow
 def test_bipedal_ppo_walks_with_its_normaliser_and_falls_without(tmp_path):
     policy, ret, fail = _returns(f"rlzoo:{BIPEDAL}", "BipedalWalker", 10)
     assert policy.algo == "PPO" and policy.normalizer is not None
@@ -346,6 +349,7 @@ def _run(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.subprocess
 def test_no_gym_banner_and_real_warnings_stay():
     res = _run("import workers, d3rlpy, stable_baselines3, gym, warnings, sys\n"
                "warnings.warn('a real warning')\nprint('a real message', file=sys.stderr)")
@@ -354,6 +358,7 @@ def test_no_gym_banner_and_real_warnings_stay():
     assert "a real warning" in res.stderr and "a real message" in res.stderr
 
 
+@pytest.mark.subprocess
 def test_only_the_banner_is_dropped():
     res = _run("import workers, gym_notices.notices as n, workers\n"
                "import importlib.util, json\n"

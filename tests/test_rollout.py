@@ -37,6 +37,7 @@ def serial_episode(scenario, fn, state, max_steps):
     return total, n, term
 
 
+@pytest.mark.slow
 def test_rollout_matches_serial_loop_and_batches_policy_calls():
     sc = get_scenario("CartPole-v1")
     states = sc.sample(np.random.default_rng(3), 40)
@@ -57,6 +58,7 @@ def test_rollout_matches_serial_loop_and_batches_policy_calls():
     assert np.array_equal(res.failure, res.terminated & (res.lengths < 500))
 
 
+@pytest.mark.slow
 def test_batch_size_does_not_change_results():
     sc = get_scenario("Acrobot-v1")
     states = sc.sample(np.random.default_rng(4), 12)

@@ -123,6 +123,7 @@ def test_cql_repair_accepts_the_converted_sac(walker):
         assert np.max(np.abs(qc - qs)) <= Q_ATOL
 
 
+@pytest.mark.slow
 def test_repair_converts_an_rlzoo_aut_and_saves_it(tmp_path):
     """The hook of ``deltarl repair``: the zoo's Walker2d AUT has no model.d3, so it is found as an
     SB3 model and saved as a loadable d3rlpy SAC that acts like it."""

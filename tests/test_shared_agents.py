@@ -93,10 +93,11 @@ def test_shipped_policy_is_the_per_agent_actor_on_each_slice(tmp_path):
         load_policy(str(tmp_path / "policy.pt"), get_scenario("Hopper-v5"))
 
 
+@pytest.mark.training
 def test_shared_training_writes_checkpoints_resumes_and_ships(tmp_path):
     import d3rlpy
 
-    from orchestrator.runs.cards import aut_card
+    from orchestrator.campaign.cards import aut_card
 
     out = tmp_path / "shared"
     state = train_aut(tiny(), out)

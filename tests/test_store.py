@@ -252,6 +252,7 @@ def test_episode_ids_unique_across_writers_and_reopen(tmp_path):
     assert len(np.unique(s["episode_id"])) == 17
 
 
+@pytest.mark.subprocess
 def test_episode_ids_unique_across_processes(tmp_path):
     RunStore.create(tmp_path, scenario(), run_id="mp")
     script = textwrap.dedent(

@@ -29,6 +29,7 @@ def test_presets_load_and_match_their_scenarios():
         assert cfg.init_from is None or Path(cfg.init_from).is_file(), f  # relative to the preset's folder
 
 
+@pytest.mark.training
 def test_ray_train_job_in_process_with_mlflow_and_resume(tmp_path):
     from orchestrator.runs import tracking
 
@@ -55,6 +56,7 @@ def test_ray_train_job_in_process_with_mlflow_and_resume(tmp_path):
     assert state2["history"][:2] == state["history"]
 
 
+@pytest.mark.training
 def test_resume_without_the_buffer_refills_it(tmp_path):
     out = tmp_path / "aut"
     train_aut(tiny(steps=200, steps_per_epoch=200), out)
@@ -64,6 +66,7 @@ def test_resume_without_the_buffer_refills_it(tmp_path):
     assert state["grad_steps"] < 100 + 200  # updates waited for the refill
 
 
+@pytest.mark.training
 def test_sac_trains_on_a_mujoco_scenario(tmp_path):
     cfg = tiny("Hopper-v5", "sac", steps=150, steps_per_epoch=150, warmup_steps=50, eval_episodes=2,
                hyperparameters={"batch_size": 16})
@@ -114,6 +117,7 @@ def test_episode_end_truncated_bootstraps_through_failing_episode_ends(tmp_path)
         tiny(episode_end="sometimes").validate()
 
 
+@pytest.mark.training
 def test_init_from_starts_from_another_runs_weights(tmp_path):
     from envs import get_scenario
     from workers.policies import load_policy
@@ -138,6 +142,7 @@ def test_init_from_starts_from_another_runs_weights(tmp_path):
         train_aut(hopper, tmp_path / "e")
 
 
+@pytest.mark.training
 def test_select_keeps_the_epoch_closest_to_the_asked_quality(tmp_path):
     # a run without `select` keeps its best epoch; the same run (same seed) asked for the quality of
     # its worst epoch keeps that one instead, under the name it sets
@@ -164,3 +169,149 @@ def test_select_keeps_the_epoch_closest_to_the_asked_quality(tmp_path):
             tiny(select=bad).validate()
     with pytest.raises(TrainingError, match="not a folder name"):
         tiny(name="a/b").validate()
+
+
+
+# --- challenger speed (issue #52): oneDNN for the no-grad passes (workers.challenger.fuse_no_grad_forward) ---
+
+def _hopper_data():
+    """Hopper-sized (11 -> 3) random transitions: 10 episodes of 200 steps."""
+    from workers.datasets import steps_to_mdp_dataset
+
+    rng = np.random.default_rng(0)
+    n, length = 2000, 200
+    eid = np.repeat(np.arange(n // length), length)
+    last = np.r_[eid[1:] != eid[:-1], True]
+    return steps_to_mdp_dataset({"episode_id": eid, "obs": rng.normal(size=(n, 11)).astype(np.float32),
+                                 "actions": rng.uniform(-1, 1, size=(n, 3)).astype(np.float32),
+                                 "rewards": rng.normal(size=n).astype(np.float32), "terminals": last,
+                                 "timeouts": np.zeros(n, bool)}, discrete=False, action_size=3)
+
+
+def _small_hyperparameters(algo_name: str) -> dict:
+    """The mujoco preset's settings of ``algo_name`` with small networks, batch and sampled actions."""
+    from workers.challenger import challenger_config
+
+    hp = dict(challenger_config("Hopper-v5", algo_name, "mujoco").hyperparameters, batch_size=16)
+    for k in [k for k in hp if k.endswith("encoder_factory")]:
+        hp[k] = {"type": "vector", "params": {"hidden_units": [48, 40]}}
+    if "n_action_samples" in hp:
+        hp["n_action_samples"] = 6
+    return hp
+
+
+def _small_challenger(algo_name: str, fused: bool):
+    """(algo, sampler, encoders switched): a d3rlpy BC/BCQ/CQL with small networks on Hopper-sized
+    transitions, the same initial weights every call."""
+    import d3rlpy
+
+    from workers.challenger import challenger_config, fuse_no_grad_forward
+    from workers.datasets import TransitionSampler
+    from workers.training import d3rlpy_config
+
+    data = _hopper_data()
+    d3rlpy.seed(0)
+    cls = challenger_config("Hopper-v5", algo_name, "mujoco").config_class(False)
+    algo = d3rlpy_config(cls, _small_hyperparameters(algo_name), "test").create(device="cpu:0")
+    algo.build_with_dataset(data)
+    switched = fuse_no_grad_forward(algo) if fused else 0
+    return algo, TransitionSampler(data), switched
+
+
+def _weights_after(algo, sampler, steps: int = 5) -> dict:
+    import torch
+
+    np.random.seed(1)  # the minibatches
+    torch.manual_seed(1)  # the sampled latents and actions
+    for _ in range(steps):
+        algo.update(sampler.sample(16))
+    mods = algo.impl.modules
+    return {f"{f}.{k}": v.detach().clone() for f in ("policy", "q_funcs", "vae_decoder", "vae_encoder")
+            if hasattr(mods, f) for k, v in getattr(mods, f).state_dict().items()}
+
+
+def _ops(fn) -> set:
+    """The aten/mkldnn operators ``fn`` dispatches."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = set()
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.add(str(func.overloadpacket))
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        fn()
+    return seen
+
+
+def _torch_batch(algo, batch):
+    from d3rlpy.torch_utility import TorchMiniBatch
+
+    c = algo.config
+    return TorchMiniBatch.from_batch(batch, c.gamma, False, "cpu:0", c.observation_scaler, c.action_scaler,
+                                     c.reward_scaler)
+
+
+@pytest.mark.training
+def test_fused_no_grad_forward_leaves_gradient_passes_bit_identical(one_torch_thread):
+    import torch
+
+    # BC's update runs with autograd on throughout: fused or not, the same weights bit for bit
+    plain, s1, _ = _small_challenger("bc", fused=False)
+    fused, s2, switched = _small_challenger("bc", fused=True)
+    assert switched == 1
+    a, b = _weights_after(plain, s1), _weights_after(fused, s2)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    # ... while its greedy action (no grad) is the oneDNN call, close to d3rlpy's
+    x = np.random.default_rng(2).normal(size=(64, 11)).astype(np.float32)
+    assert "mkldnn._linear_pointwise" in _ops(lambda: fused.predict(x))
+    assert "mkldnn._linear_pointwise" not in _ops(lambda: plain.predict(x))
+    np.testing.assert_allclose(fused.predict(x), plain.predict(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.training
+@pytest.mark.parametrize("algo_name", ["bcq", "cql"])
+def test_fused_no_grad_forward_is_the_same_update_and_deterministic(one_torch_thread, algo_name, tmp_path):
+    import d3rlpy
+    import torch
+
+    plain, s1, _ = _small_challenger(algo_name, fused=False)
+    fused, s2, switched = _small_challenger(algo_name, fused=True)
+    # every vector encoder, targets included: BCQ policy x2, critics x4, VAE x2; CQL policy, critics x4
+    assert switched == (8 if algo_name == "bcq" else 5)
+    batch = s1.sample(16)
+    # the no-grad target: through oneDNN, the same values up to float32 summation order
+    assert "mkldnn._linear_pointwise" in _ops(lambda: fused.impl.compute_target(_torch_batch(fused, batch)))
+    assert "mkldnn._linear_pointwise" not in _ops(lambda: plain.impl.compute_target(_torch_batch(plain, batch)))
+    torch.manual_seed(3)
+    want = plain.impl.compute_target(_torch_batch(plain, batch))
+    torch.manual_seed(3)
+    torch.testing.assert_close(fused.impl.compute_target(_torch_batch(fused, batch)), want, rtol=1e-5, atol=1e-5)
+    # five updates: the same weights up to float32 rounding
+    a, b = _weights_after(plain, s1), _weights_after(fused, s2)
+    assert a.keys() == b.keys()
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-5)
+    # deterministic: the same seed, the same weights bit for bit
+    again, s3, _ = _small_challenger(algo_name, fused=True)
+    c = _weights_after(again, s3)
+    assert all(torch.equal(b[k], c[k]) for k in b)
+    # saved and loaded as any d3rlpy model (the state_dict is d3rlpy's)
+    fused.save(str(tmp_path / "m.d3"))
+    back = d3rlpy.load_learnable(str(tmp_path / "m.d3"), device="cpu:0")
+    got = {k: v for k, v in back.impl.modules.q_funcs.state_dict().items()}
+    assert all(torch.equal(got[k], b[f"q_funcs.{k}"]) for k in got)
+
+
+@pytest.mark.training
+def test_challenger_config_onednn_no_grad_trains(tmp_path, one_torch_thread):
+    from workers.challenger import challenger_config, train_challenger
+
+    cfg = challenger_config("Hopper-v5", "bcq", "mujoco", steps=4, steps_per_epoch=4, eval_episodes=0)
+    assert cfg.onednn_no_grad is False  # d3rlpy as it is unless asked
+    cfg.onednn_no_grad = True
+    cfg.hyperparameters = _small_hyperparameters("bcq")
+    state = train_challenger(cfg, _hopper_data(), tmp_path / "bcq")
+    assert state["step"] == 4 and (tmp_path / "bcq" / "model.d3").is_file()

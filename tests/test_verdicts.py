@@ -58,7 +58,7 @@ def _check_replays_in_reference_env(run_dir: Path, min_bugs: int = 1, min_failur
     c = campaign_of_run(run_dir)
     scenario = c.build_scenario()
     aut = load_policy(campaign["aut"], scenario)
-    ca = load_policy(run.summary("optimality")["challenger"], scenario)
+    ca = load_policy(run.resolve(run.summary("optimality")["challenger"]), scenario)  # stored relative to the folder
     bugs, failures = run.bugs(), run.failures()
     assert bugs is not None and len(bugs) >= min_bugs, "the campaign must find bugs for this check to mean anything"
     assert failures is not None and len(failures) >= min_failures, "and failures"
@@ -158,6 +158,7 @@ def _batch_sensitive(agent: str, episodes: int, inference: str = "batched") -> s
     return BATCH_SENSITIVE.replace("AGENT", agent).replace("EPISODES", str(episodes)).replace("INFERENCE", inference)
 
 
+@pytest.mark.campaign
 def test_batch_dependent_failures_are_flaky_not_failures(tmp_path):
     text = _batch_sensitive("BatchSensitive", 128)
     out = run_campaign(load_campaign(_campaign(tmp_path, text)), progress=False)["safety"]
@@ -180,6 +181,7 @@ class WeakBatchSensitive(BatchSensitive):
     velocity_gain = 0.02
 
 
+@pytest.mark.campaign
 def test_inference_alone_runs_the_deployed_agent_and_needs_no_reruns(tmp_path):
     """`inference: alone`: every policy call sees one observation, so a batch-sensitive agent
     shows its deployed behaviour in the search itself: no flaky candidates, nothing re-run, and
@@ -241,6 +243,7 @@ def test_the_same_campaign_twice_in_separate_processes_gives_identical_verdicts(
 FIXTURE = REPO / "tests" / "fixtures" / "run-layout-1"  # written by deltarl before the house rebuild
 
 
+@pytest.mark.slow
 def test_replay_reads_run_folders_of_the_first_layout(tmp_path):
     """A run folder written by the previous layout (no layout_version, bugs without the batched
     columns) still replays; a folder from a newer layout is refused with its version named."""

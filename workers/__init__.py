@@ -30,7 +30,7 @@ def quiet_gym_notice() -> None:
         return
     try:
         from gym_notices import notices
-    except Exception:  # noqa: BLE001 - not installed, or not the package we know
+    except ImportError:  # not installed
         return
     table = getattr(notices, "notices", None)
     if isinstance(table, dict):

@@ -21,6 +21,7 @@ D4RL/d3rlpy reproductions for MuJoCo, as the Delta paper states).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -68,6 +69,10 @@ class ChallengerConfig:
     # torch threads while training: fixed, so that training in-process and in a Ray Train worker
     # sum floats in the same order (the same seed then gives the same weights on one machine)
     torch_threads: int = 2
+    # the no-grad forward passes (BCQ's target over batch x sampled actions, greedy actions) through
+    # oneDNN's fused linear+ReLU instead of torch's addmm + relu (:func:`fuse_no_grad_forward`): the
+    # same mathematics, not the same bits (another float32 summation order); off: d3rlpy as it is
+    onednn_no_grad: bool = False
 
     def config_class(self, discrete: bool):
         import d3rlpy
@@ -205,6 +210,67 @@ def fit_standard_observation_scaler(algo, dataset) -> bool:
     return True
 
 
+def _fused_sequential_class():
+    """``_NoGradFusedSequential``, defined on first use (importing this module does not import torch)."""
+    global _NoGradFusedSequential
+    if _NoGradFusedSequential is not None:
+        return _NoGradFusedSequential
+    import torch
+
+    class NoGradFusedSequential(torch.nn.Sequential):
+        """An ``nn.Sequential`` of d3rlpy's vector encoders whose forward without autograd runs each
+        ``Linear`` (+ the ``ReLU`` after it) as one oneDNN call; with autograd on, or off the CPU, it
+        is ``nn.Sequential``'s forward. The same modules and parameters (``state_dict`` unchanged)."""
+
+        def forward(self, x):
+            if torch.is_grad_enabled() or x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() != 2:
+                return super().forward(x)
+            layers, i = list(self), 0
+            while i < len(layers):
+                m = layers[i]
+                if type(m) is torch.nn.Linear:
+                    relu = i + 1 < len(layers) and type(layers[i + 1]) is torch.nn.ReLU
+                    x = torch.ops.mkldnn._linear_pointwise(x.contiguous(), m.weight, m.bias,
+                                                           "relu" if relu else "none", [], "")
+                    i += 2 if relu else 1
+                else:
+                    x = m(x)
+                    i += 1
+            return x
+
+    NoGradFusedSequential.__name__ = NoGradFusedSequential.__qualname__ = "_NoGradFusedSequential"
+    _NoGradFusedSequential = NoGradFusedSequential  # pickle finds it by name
+    return NoGradFusedSequential
+
+
+_NoGradFusedSequential = None
+
+
+def fuse_no_grad_forward(algo) -> int:
+    """Route the no-grad forward passes of ``algo``'s vector encoders through oneDNN's fused
+    linear+ReLU (``torch.ops.mkldnn._linear_pointwise``, what ``torch.compile`` calls for a frozen
+    CPU linear): BCQ's target (decoder, perturbation and target critics over batch x sampled
+    actions, ~85% of its step's FLOPs) runs ~1.2-1.3x faster per CPU-second on this AMD CPU than
+    through torch's MKL addmm (benchmarks/challenger_limit.py). Gradients, and every pass with
+    autograd on, are untouched. The results are the same functions in float32 with another
+    summation order: not bit-identical to d3rlpy's, deterministic for a fixed thread count
+    (tests/test_training.py). Returns how many encoders were switched (0: no oneDNN here)."""
+    import torch
+
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")):
+        return 0
+    cls, n = _fused_sequential_class(), 0
+    for f in dataclasses.fields(algo.impl.modules):
+        m = getattr(algo.impl.modules, f.name)
+        if not isinstance(m, torch.nn.Module):
+            continue
+        for sub in m.modules():
+            if type(sub) is torch.nn.Sequential and all(type(c) in (torch.nn.Linear, torch.nn.ReLU) for c in sub):
+                sub.__class__ = cls
+                n += 1
+    return n
+
+
 def _train(cfg: ChallengerConfig, dataset, out: Path, scenario, device: str, *, resume: bool, report, progress: bool):
     import d3rlpy
     from d3rlpy.algos.utility import build_scalers_with_transition_picker
@@ -222,6 +288,8 @@ def _train(cfg: ChallengerConfig, dataset, out: Path, scenario, device: str, *, 
         fit_standard_observation_scaler(algo, dataset)  # vectorised; the same bits as d3rlpy's fit
         build_scalers_with_transition_picker(algo, dataset)  # whatever is left unbuilt
         algo.build_with_dataset(dataset)
+    if cfg.onednn_no_grad:
+        fuse_no_grad_forward(algo)
 
     d3rlpy.seed(cfg.seed * 1_000 + state["epoch"])  # batch sampling uses numpy's global stream
     batch_size = algo.config.batch_size

@@ -16,7 +16,11 @@ Any server that speaks ``POST {base_url}/chat/completions`` works: OpenAI, vLLM,
   dropped connections are retried with exponential backoff and jitter (``Retry-After``
   honoured); 400/401/403/404 are configuration errors and raise :class:`LLMFatalError`
   (naming the setting to fix) because retrying cannot help. Anything else that goes wrong
-  comes back as an :class:`LLMReply` with ``ok = False`` and the reason, never as a crash.
+  (a body that is not a chat completion, bytes that are not UTF-8) comes back as an
+  :class:`LLMReply` with ``ok = False`` and the reason, never as a crash. A call ends within
+  ``call_deadline_s`` whatever the server does (attempts, backoffs and rate-limiter waits
+  included); a campaign phase whose calls get no answer for ``phase_deadline_s`` stops
+  (``orchestrator.cluster.llm_pool``).
 * Replies constrained to JSON by a schema where the server supports it (``response_format``:
   OpenAI's ``json_schema``, llama.cpp's ``json_object`` + ``schema``; ``auto`` steps down to the
   form the server takes, then to plain text). No endpoint at all: ``workers.local_llm`` runs one.
@@ -58,6 +62,10 @@ class LLMConfig:
     temperature: float = 0.7
     max_tokens: int = 1024
     timeout_s: float = 60.0  # per attempt
+    call_deadline_s: float = 180.0  # per call: every attempt, backoff and rate-limiter wait included
+    # per campaign phase: the longest its calls may go without one answer (a chat completion) from the endpoint;
+    # then the phase stops (exit 2, the run resumable). Counted from the first call, reset by every answer; null: none
+    phase_deadline_s: float | None = 600.0
     max_retries: int = 4  # attempts after the first
     backoff_s: float = 1.0  # first retry waits ~backoff_s, then doubles (with jitter)
     backoff_max_s: float = 30.0
@@ -94,6 +102,8 @@ class LLMConfig:
             raise LLMConfigError(f"llm.base_url must start with http:// or https://, got {c.base_url!r}")
         checks = [("requests_per_minute", c.requests_per_minute > 0), ("max_concurrent", c.max_concurrent >= 1),
                   ("actors", c.actors >= 1), ("timeout_s", c.timeout_s > 0), ("max_retries", c.max_retries >= 0),
+                  ("call_deadline_s", _positive_finite(c.call_deadline_s)),
+                  ("phase_deadline_s", c.phase_deadline_s is None or _positive_finite(c.phase_deadline_s)),
                   ("max_tokens", c.max_tokens >= 1), ("backoff_s", c.backoff_s >= 0),
                   ("tokens_per_minute", c.tokens_per_minute is None or c.tokens_per_minute > 0),
                   ("max_consecutive_failures", c.max_consecutive_failures is None or c.max_consecutive_failures >= 1),
@@ -112,6 +122,23 @@ class LLMConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _positive_finite(value) -> bool:
+    try:
+        return 0 < float(value) < float("inf")
+    except (TypeError, ValueError):
+        return False
+
+
+def decode_body(raw: bytes) -> tuple[str, str]:
+    """``(text, problem)``: the body as UTF-8 text, or (when it is not UTF-8) the text with the
+    bad bytes replaced and what is wrong, for the error message. Never raises."""
+    try:
+        return raw.decode("utf-8"), ""
+    except UnicodeDecodeError as exc:
+        return (raw.decode("utf-8", errors="replace"),
+                f"a body that is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})")
 
 
 @dataclass
@@ -277,6 +304,14 @@ class RateLimiter:
 # ---------------------------------------------------------------------------------------------
 
 
+def _count(value) -> int:
+    """A token count from a reply's ``usage`` (0 when it is missing or not a number)."""
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
 def _retry_after(headers) -> float | None:
     value = headers.get("Retry-After") if headers is not None else None
     try:
@@ -302,6 +337,7 @@ class LLMGenerator:
             self.config.requests_per_minute, self.config.tokens_per_minute, self.config.max_concurrent)
         self._key: str | None = None
         self._session = None
+        self._late: set = set()  # rate-limiter requests still pending after their call's deadline
         self._rng = random.Random(seed)
         self._auto = self.config.response_format == "auto"
         self._format = "json_schema" if self._auto else self.config.response_format
@@ -352,12 +388,13 @@ class LLMGenerator:
             self._format = FORMAT_FALLBACK[used]
         return True
 
-    async def chat(self, messages: list[dict], request_id: str = "", schema: dict | None = None) -> dict:
+    async def chat(self, messages: list[dict], request_id: str = "", schema: dict | None = None,
+                   deadline_s: float | None = None) -> dict:
         """One completion; returns :meth:`LLMReply.to_dict` (``ok`` False with the reason when
-        every attempt failed). Raises :class:`LLMFatalError` on 400/401/403/404/422. ``schema``:
-        the JSON schema the reply should follow (sent as ``response_format`` unless the mode is text)."""
-        import aiohttp
-
+        every attempt failed, or when the call's deadline came first). Raises
+        :class:`LLMFatalError` on 400/401/403/404/422. ``schema``: the JSON schema the reply should
+        follow (sent as ``response_format`` unless the mode is text). ``deadline_s``: this call's
+        deadline when shorter than ``llm.call_deadline_s`` (the time left to a phase)."""
         cfg = self.config
         key = self._api_key()
         url = cfg.base_url.rstrip("/") + "/chat/completions"
@@ -371,73 +408,137 @@ class LLMGenerator:
         est = estimate_tokens(messages, cfg.max_tokens)
         reply = LLMReply(request_id=request_id, ok=False, started_at=time.time(), model=str(cfg.model))
         t0 = time.monotonic()
+        deadline = float(cfg.call_deadline_s) if deadline_s is None else min(float(cfg.call_deadline_s), deadline_s)
+        end = t0 + deadline
         session = await self._http()
-        last_error = ""
-        attempt, retries = 0, 0
+        last_error, late = "", False
+        retries = 0
         while True:
-            attempt += 1
-            reply.attempts = attempt
+            if time.monotonic() >= end:
+                late = True
+                break
+            reply.attempts += 1
             fmt = self.response_format(schema)
             payload.pop("response_format", None)
             if fmt is not None:
                 payload["response_format"] = fmt
             reply.response_format = "text" if fmt is None else self._format
             tw = time.monotonic()
-            ticket = await self._limiter("acquire", est)
+            ticket = await self._acquire(est, end)
             reply.waited_s += time.monotonic() - tw
-            status, used, retry_after, stepped = 0, None, None, False
-            try:
-                timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
-                async with session.post(url, json=payload, headers=headers, timeout=timeout) as resp:
-                    status = resp.status
-                    reply.status = status
-                    retry_after = _retry_after(resp.headers)
-                    body = await resp.text()
-                if status == 200:
-                    try:
-                        data = json.loads(body)
-                        text = data["choices"][0]["message"]["content"]
-                        if not isinstance(text, str):
-                            raise TypeError("content is not a string")
-                    except (ValueError, KeyError, IndexError, TypeError) as exc:
-                        last_error = f"the endpoint answered 200 with a body that is not a chat completion ({exc})"
-                    else:
-                        usage = data.get("usage") or {}
-                        reply.prompt_tokens = int(usage.get("prompt_tokens") or 0)
-                        reply.completion_tokens = int(usage.get("completion_tokens") or 0)
-                        used = reply.prompt_tokens + reply.completion_tokens if usage else None
-                        reply.ok, reply.text, reply.error = True, text, ""
-                        break
-                elif fmt is not None and self._step_down(status, body, reply.response_format):
-                    stepped = True  # not a failure: the same request again in the next form, at once
-                    last_error = f"HTTP {status}: the server refused response_format {fmt['type']}"
-                elif status in FATAL_STATUS:
-                    hint = {401: f"check the API key in the environment variable {cfg.api_key_env}",
-                            403: f"the key in {cfg.api_key_env} lacks access to model {cfg.model!r}",
-                            404: f"check llm.base_url ({cfg.base_url}) and llm.model ({cfg.model})"}.get(
-                        status, "the request was refused; check llm.model, llm.response_format and the endpoint's "
-                                "limits")
-                    raise LLMFatalError(f"the LLM endpoint answered HTTP {status}: {hint}. "
-                                        f"Reply: {redact(body[:300], key)}")
-                else:
-                    last_error = f"HTTP {status}: {redact(body[:200], key)}"
-            except asyncio.TimeoutError:
-                last_error = f"no reply within llm.timeout_s = {cfg.timeout_s:g} s"
-            except aiohttp.ClientError as exc:
-                last_error = f"connection error ({type(exc).__name__}: {redact(str(exc)[:200], key)})"
-            finally:
-                await self._limiter("release", ticket, used, status, retry_after)
-            if stepped:
-                continue
+            if ticket is None:  # the rate limiter held the call past its deadline
+                reply.attempts -= 1
+                last_error = last_error or ("it waited for the rate limiter (llm.max_concurrent calls in flight, "
+                                            "llm.requests_per_minute) and was never sent")
+                late = True
+                break
+            outcome = await self._attempt(session, url, payload, headers, fmt, ticket, reply, key, end)
+            if outcome == "ok":
+                break
+            last_error = outcome["error"]
+            if outcome.get("stepped"):
+                continue  # not a failure: the same request again in the next form, at once
             retries += 1
             if retries > cfg.max_retries:
                 break
-            await asyncio.sleep(self._backoff(retries, retry_after if status == 429 else None))
+            wait = self._backoff(retries, outcome.get("retry_after"))
+            if time.monotonic() + wait >= end:  # no time left for another attempt
+                late = True
+                break
+            await asyncio.sleep(wait)
         if not reply.ok:
+            if late:
+                last_error = (f"{last_error + '; ' if last_error else ''}no answer within the call's deadline "
+                              f"(llm.call_deadline_s = {cfg.call_deadline_s:g} s"
+                              + (f", cut to the {deadline:.3g} s left to the phase" if deadline < cfg.call_deadline_s
+                                 else "") + ")")
             reply.error = f"{last_error} (after {reply.attempts} attempts)"
         reply.latency_s = time.monotonic() - t0
         return reply.to_dict()
 
-    async def close(self) -> None:
+    async def _acquire(self, est: float, end: float):
+        """A rate-limiter ticket, or None when the limiter would hold the call past ``end``; a
+        ticket granted after that is released as soon as it comes (no slot is lost)."""
+        pending = asyncio.ensure_future(self._limiter("acquire", est))
+        try:
+            return await asyncio.wait_for(asyncio.shield(pending), timeout=max(0.0, end - time.monotonic()))
+        except asyncio.TimeoutError:
+            def give_back(done):
+                self._late.discard(done)
+                if not done.cancelled() and done.exception() is None:
+                    self._late.add(asyncio.ensure_future(self._limiter("release", done.result(), None, 0, None)))
+
+            self._late.add(pending)
+            pending.add_done_callback(give_back)
+            return None
+
+    async def _attempt(self, session, url: str, payload: dict, headers: dict, fmt, ticket, reply: LLMReply,
+                       key: str | None, end: float):
+        """One HTTP attempt within the call's deadline ``end``: ``"ok"`` (``reply`` filled), or
+        ``{"error", "retry_after", "stepped"}``. Raises :class:`LLMFatalError` on a fatal status."""
+        import aiohttp
+
+        cfg = self.config
+        status, used, retry_after = 0, None, None
+        limit = min(cfg.timeout_s, max(0.001, end - time.monotonic()))
+        try:
+            async with session.post(url, json=payload, headers=headers,
+                                    timeout=aiohttp.ClientTimeout(total=limit)) as resp:
+                status = resp.status
+                reply.status = status
+                retry_after = _retry_after(resp.headers)
+                body, not_text = decode_body(await resp.read())
+            if status == 200:
+                if not_text:
+                    return {"error": f"the endpoint answered 200 with {not_text}"}
+                try:
+                    data = json.loads(body)
+                    text = data["choices"][0]["message"]["content"]
+                    if not isinstance(text, str):
+                        raise TypeError("content is not a string")
+                    text.encode("utf-8")  # lone surrogates (\ud800 escapes) are no text either
+                except (ValueError, KeyError, IndexError, TypeError) as exc:
+                    return {"error": f"the endpoint answered 200 with a body that is not a chat completion "
+                                     f"({type(exc).__name__}: {str(exc)[:120]})"}
+                usage = data.get("usage") or {}
+                usage = usage if isinstance(usage, dict) else {}
+                reply.prompt_tokens = _count(usage.get("prompt_tokens"))
+                reply.completion_tokens = _count(usage.get("completion_tokens"))
+                used = reply.prompt_tokens + reply.completion_tokens if usage else None
+                reply.ok, reply.text, reply.error = True, text, ""
+                return "ok"
+            if fmt is not None and self._step_down(status, body, reply.response_format):
+                return {"error": f"HTTP {status}: the server refused response_format {fmt['type']}", "stepped": True}
+            if status in FATAL_STATUS:
+                hint = {401: f"check the API key in the environment variable {cfg.api_key_env}",
+                        403: f"the key in {cfg.api_key_env} lacks access to model {cfg.model!r}",
+                        404: f"check llm.base_url ({cfg.base_url}) and llm.model ({cfg.model})"}.get(
+                    status, "the request was refused; check llm.model, llm.response_format and the endpoint's limits")
+                raise LLMFatalError(f"the LLM endpoint answered HTTP {status}: {hint}. "
+                                    f"Reply: {redact(body[:300], key)}")
+            return {"error": f"HTTP {status}: {redact(body[:200], key)}",
+                    "retry_after": retry_after if status == 429 else None}
+        except asyncio.TimeoutError:
+            if limit < cfg.timeout_s:
+                return {"error": f"no reply within the {limit:.3g} s left to the call"}
+            return {"error": f"no reply within llm.timeout_s = {cfg.timeout_s:g} s"}
+        except aiohttp.ClientError as exc:
+            return {"error": f"connection error ({type(exc).__name__}: {redact(str(exc)[:200], key)})"}
+        finally:
+            await self._limiter("release", ticket, used, status, retry_after)
+
+    async def close(self, wait_s: float = 5.0) -> None:
+        """Close the HTTP session; first let the tickets granted after their call's deadline be
+        given back (``wait_s`` at most: the slots they wait for are freed by attempts that end at
+        their own deadlines), so a shared limiter loses no slot, and no task is left pending."""
+        late = [f for f in self._late if not f.done()]
+        if late:
+            await asyncio.wait(late, timeout=wait_s)
+            for f in late:
+                f.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        releases = [f for f in self._late if not f.done()]
+        if releases:
+            await asyncio.gather(*releases, return_exceptions=True)
         if self._session is not None and not self._session.closed:
             await self._session.close()

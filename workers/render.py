@@ -23,11 +23,14 @@ Classic control and Box2D scenarios draw with pygame, which needs no display for
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+log = logging.getLogger(__name__)
 
 PANEL_HEIGHT = 200  # pixels of one episode's panel in a GIF
 MAX_FRAMES = 120  # frames of a GIF (long episodes are shown at evenly spaced steps)
@@ -55,7 +58,9 @@ def _offscreen_gl() -> None:
     """MuJoCo's offscreen renderer needs an OpenGL platform; EGL works without a display."""
     if not os.environ.get("DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")
-        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # pygame: no window, no XDG_RUNTIME_DIR warning
+        # pygame without a window: SDL's offscreen driver. Not "dummy": under it a pygame.Surface made
+        # without a pixel format (highway-env's drawing surface) comes out black (pygame 2.6.1)
+        os.environ.setdefault("SDL_VIDEODRIVER", "offscreen")
     if os.environ.get("MUJOCO_GL") in ("egl", "osmesa"):
         os.environ.setdefault("PYOPENGL_PLATFORM", os.environ["MUJOCO_GL"])
 
@@ -92,8 +97,8 @@ def _plain_mujoco_scene(env) -> None:
         viewer = renderer._get_viewer(render_mode="rgb_array")
         for flag in (mujoco.mjtRndFlag.mjRND_SHADOW, mujoco.mjtRndFlag.mjRND_REFLECTION):
             viewer.scn.flags[flag] = 0
-    except Exception:  # noqa: BLE001 - another gymnasium: the default scene, only slower
-        pass
+    except Exception as exc:  # noqa: BLE001 - another gymnasium: the default scene, only slower
+        log.debug("MuJoCo scene flags left as they are (%s: %s)", type(exc).__name__, exc)
 
 
 def _frame(env, scenario, height: int) -> np.ndarray:
@@ -108,6 +113,10 @@ def _frame(env, scenario, height: int) -> np.ndarray:
                           f"or MUJOCO_GL=osmesa (libosmesa6); MUJOCO_GL is {gl}") from exc
     if img is None:
         raise RenderError(f"{scenario.name}: render() returned no frame")
+    if np.ptp(np.asarray(img)) == 0:
+        raise RenderError(f"{scenario.name}: render() drew a frame of one colour (nothing drawn); a pygame renderer "
+                          f"draws blank frames under SDL_VIDEODRIVER=dummy: unset it, or set it to offscreen (it is "
+                          f"{os.environ.get('SDL_VIDEODRIVER', 'unset')})")
     im = Image.fromarray(np.ascontiguousarray(np.asarray(img, dtype=np.uint8)[..., :3]))
     if im.height != height:
         im = im.resize((max(1, round(im.width * height / im.height)), height), Image.BILINEAR)

@@ -315,7 +315,7 @@ def _empty_result(scenario: Scenario) -> RolloutResult:
 class RolloutWorker:
     """What one rollout actor does: hold a scenario and loaded policies, run episode batches.
 
-    Plain class (testable without Ray); ``orchestrator.cluster.driver`` wraps it as a Ray actor.
+    Plain class (testable without Ray); ``orchestrator.cluster.pool`` wraps it as a Ray actor.
     ``torch_threads`` (default 1): batched inference of small MLPs gains little from a second
     thread, and OpenMP threads spin badly when the cores are busy with other work (measured
     here: a 64-row forward pass took 29 ms instead of ~0.3 ms with training running beside it).

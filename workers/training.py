@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import shutil
 import time
@@ -38,6 +39,8 @@ import numpy as np
 
 from workers.shared_agents import AgentSplit, agent_split, shared_actions
 from workers.yamlfile import load_yaml
+
+log = logging.getLogger(__name__)
 
 ALGOS = ("ddqn", "sac")
 EPISODE_ENDS = ("env", "truncated")
@@ -239,7 +242,8 @@ def traced_greedy(algo, split: AgentSplit | None = None):
         with _out_of_autograd(algo), warnings.catch_warnings():  # the tracer's notes
             warnings.simplefilter("ignore")
             return torch.jit.trace(fn, example, check_trace=False)
-    except Exception:  # noqa: BLE001 - not every algorithm's action selection traces: predict then
+    except Exception as exc:  # noqa: BLE001 - not every algorithm's action selection traces: predict then
+        log.debug("greedy action selection not traced (%s: %s): predict() is used", type(exc).__name__, exc)
         return None
 
 
@@ -575,8 +579,6 @@ def _finish(out: Path, algo, state: dict) -> None:
 
 def quiet_d3rlpy() -> None:
     """d3rlpy logs every model build at INFO through structlog; keep warnings only."""
-    import logging
-
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))

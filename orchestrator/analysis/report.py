@@ -27,6 +27,7 @@ challenger shared by several campaigns of a grid is one unit; each cell says its
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pandas as pd
@@ -45,6 +46,7 @@ from orchestrator.analysis.sections import (
     optimality_units,
     section_all_runs,
     section_answer,
+    section_answer_challengers,
     section_behaviour,
     section_figures,
     section_optimality,
@@ -54,6 +56,8 @@ from orchestrator.analysis.sections import (
 )
 from orchestrator.runs.store import atomic_write_bytes
 from workers.resources import resource
+
+log = logging.getLogger(__name__)
 
 __all__ = ["BASELINES", "CSS", "DATA_DIR", "METRICS", "NOT_IN_RUN", "PAPER_FILE", "Doc", "ReportData", "ReportError",
            "build", "load_paper", "make_videos", "write_report"]
@@ -71,7 +75,8 @@ def _scenario(name: str):
 
     try:
         return get_scenario(name)
-    except Exception:  # noqa: BLE001 - a plug-in scenario not installed here: no grid figures
+    except Exception as exc:  # noqa: BLE001 - a plug-in scenario not installed here: no grid figures
+        log.debug("scenario %s unavailable here (%s: %s): no grid figures", name, type(exc).__name__, exc)
         return None
 
 
@@ -108,7 +113,7 @@ def make_videos(data: ReportData, per_scenario: int = 2, *, max_frames: int = 60
                 verdict = run.folder.bugs()
                 row = verdict[verdict["bug_id"] == int(bug["bug_id"])].iloc[0]
                 pols = {"AUT": load_policy(run.aut, scenario),
-                        "challenger": load_policy(run.optimality.get("challenger"), scenario)}
+                        "challenger": load_policy(run.folder.resolve(run.optimality.get("challenger")), scenario)}
                 seed = int(episode_seeds(int(row["gen_seed"]), np.array([int(row["state_index"])]), np.array([0]))[0])
                 eps = render_episodes(scenario, pols, np.asarray(row["initial_state"], float), seed,
                                       max_frames=max_frames)
@@ -153,7 +158,7 @@ def build(path: str | Path, *, max_sequences: int = 300, videos: int = 2, data: 
         r = runs.iloc[0]
         doc.p(f"Scenario **{r['scenario']}**, AUT `{r['aut']}`, seed {r['seed']}.")
         section_single(doc, data)
-    answered = section_answer(doc, data, paper)
+    answered = section_answer(doc, data, paper) or section_answer_challengers(doc, data, paper)
     scenarios = sorted(runs["scenario"].dropna().unique())
     if answered:
         for sc in scenarios:

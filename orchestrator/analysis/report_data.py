@@ -29,6 +29,7 @@ unit, and statistics over safety runs or challengers count each unit once.
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,8 +38,10 @@ import numpy as np
 import pandas as pd
 
 from orchestrator.analysis.run_reader import Run, find_runs, is_run, optimality_cases, read_parquet, timeline
-from orchestrator.runs.layout import SAFETY_PHASES
+from orchestrator.runs.layout import SAFETY_PHASES, RunFolder
 from orchestrator.runs.store import RunStore, atomic_write_bytes, atomic_write_table
+
+log = logging.getLogger(__name__)
 
 DATA_DIR = "report_data"
 META = "meta.json"
@@ -237,7 +240,8 @@ def _failure_rows(r: Run) -> pd.DataFrame | None:
         try:
             eps = RunStore.open(r.dir).read_episodes(phase=list(SAFETY_PHASES), role="aut", failure=True,
                                                      columns=["initial_state"])
-        except Exception:  # noqa: BLE001 - a store that cannot be read: no failure states
+        except Exception as exc:  # noqa: BLE001 - a store that cannot be read: no failure states
+            log.debug("%s: failure states not read (%s: %s)", r.dir, type(exc).__name__, exc)
             return None
         states = eps["initial_state"] if len(eps) else None
     else:
@@ -292,13 +296,29 @@ def _concat(frames) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
+def _no_folder(root: Path) -> str:
+    """What to do about a report path that is not a folder: name the command that makes it."""
+    if root.exists():
+        return f"{root} is not a folder: give a run folder, a grid folder or a folder of runs"
+    grid = next((p for p in (root, *root.parents) if p.parent.name == "grids"), None)
+    hint = "a run folder appears when `deltarl run` writes it; "
+    if grid is not None:
+        files = sorted(Path(__file__).resolve().parents[2].glob("experiments/*/*.yaml"))
+        named = [f for f in files if f"output: {grid.as_posix()}\n" in f.read_text(errors="replace")]
+        cmd = f"deltarl grid {named[0].relative_to(named[0].parents[2]) if named else 'GRID.yaml'}"
+        profile = f" --profile {root.name}" if root != grid else ""
+        hint = f"a grid's folder appears when the grid runs ({cmd}{profile}); "
+    return (f"{root} does not exist (from {Path.cwd()}): {hint}the committed results are reported again from "
+            f"their folders, e.g. deltarl report experiments/results/delta-local-rq2-rq3 --out /tmp/rq2-rq3")
+
+
 def collect(root: str | Path, *, max_sequences: int = 300) -> ReportData:
     """The report's data for ``root``: a run folder, a grid folder (``results.parquet`` and its
     campaigns' run folders), a folder of run folders, or a results folder holding only the
     saved ``report_data/`` (or only a grid's ``results.parquet``)."""
     root = Path(root)
     if not root.is_dir():
-        raise ReportError(f"{root} is not a folder")
+        raise ReportError(_no_folder(root))
     grid_df = read_parquet(root / GRID_RESULTS)
     single = grid_df is None and is_run(root)
     if single:
@@ -320,6 +340,7 @@ def collect(root: str | Path, *, max_sequences: int = 300) -> ReportData:
         if names[r.name] > 1:
             r.alias = f"{r.name}@{r.dir.relative_to(root) if r.dir != root else r.dir.name}"
     tables, said = _tables(runs, max_sequences)
+    said = _unreadable(runs, root) + said
     if grid_df is not None and "status" in grid_df:  # failed campaigns have no run folder worth reading
         failed = grid_df[grid_df["status"] != "done"]
         if len(failed):
@@ -331,6 +352,17 @@ def collect(root: str | Path, *, max_sequences: int = 300) -> ReportData:
     data = ReportData(kind, title, str(root), {k: v for k, v in tables.items() if v is not None}, said,
                       {r.name: r.dir for r in runs})
     return data
+
+
+def _unreadable(runs: list[Run], root: Path) -> list[str]:
+    """One note per file of the runs that could not be read (a truncated Parquet part, a damaged
+    JSON file): what the report left out, said in its "What this report cannot show"."""
+    notes = []
+    for r in runs:
+        for path, why in RunFolder(r.dir).damaged_files():
+            where = path.relative_to(root) if path.is_relative_to(root) else path
+            notes.append(f"`{where}` could not be read ({why}): what it holds is left out of this report")
+    return notes
 
 
 def _tables(runs: list[Run], max_sequences: int) -> tuple[dict, list[str]]:
@@ -501,7 +533,8 @@ def _oracle(oracle, scenario) -> str | None:
         from envs import get_scenario
 
         return "statistical" if get_scenario(scenario).stochastic else "differential"
-    except Exception:  # noqa: BLE001 - a plug-in scenario not installed here
+    except Exception as exc:  # noqa: BLE001 - a plug-in scenario not installed here
+        log.debug("scenario %s unavailable here (%s: %s): oracle unknown", scenario, type(exc).__name__, exc)
         return None
 
 

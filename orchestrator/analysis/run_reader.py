@@ -7,6 +7,7 @@ report's view of a run (its name, scenario, methods) and the arrays its figures 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,8 @@ import pandas as pd
 from envs import get_scenario
 from orchestrator.runs.layout import MLFLOW_ARTIFACTS, SAFETY_PHASES, RunFolder
 from orchestrator.runs.store import RunStore, StoreError
+
+log = logging.getLogger(__name__)
 
 
 def _lenient(read, *args):
@@ -30,7 +33,8 @@ def read_parquet(path: Path) -> pd.DataFrame | None:
     """A Parquet file or folder as a DataFrame; None when absent or unreadable."""
     try:
         return pd.read_parquet(path) if path.exists() else None
-    except Exception:  # noqa: BLE001 - an unreadable part is reported as missing
+    except Exception as exc:  # noqa: BLE001 - an unreadable part is reported as missing
+        log.debug("%s not read (%s: %s): reported as missing", path, type(exc).__name__, exc)
         return None
 
 
@@ -97,7 +101,8 @@ class Run:
     def scenario_obj(self):
         try:
             return get_scenario(self.scenario, **((self.campaign or {}).get("scenario_overrides") or {}))
-        except Exception:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - a scenario not available here: the run is read without it
+            log.debug("%s: scenario %s unavailable (%s: %s)", self.dir, self.scenario, type(exc).__name__, exc)
             return None
 
     @property
@@ -152,7 +157,8 @@ def optimality_cases(run: Run):
     try:
         eps = RunStore.open(run.dir).read_episodes(phase="optimality", columns=["role", "iteration", "state_index",
                                                                                  "return", "bug"])
-    except Exception:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - StoreError or whatever a damaged part raises: no cases
+        log.debug("%s: optimality episodes not read (%s: %s)", run.dir, type(exc).__name__, exc)
         return None
     if eps.empty:
         return None
@@ -178,6 +184,7 @@ def failure_states(run: Run) -> np.ndarray | None:
     try:
         eps = RunStore.open(run.dir).read_episodes(phase=list(SAFETY_PHASES), role="aut", failure=True,
                                                    columns=["initial_state"])
-    except Exception:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - StoreError or whatever a damaged part raises: no states
+        log.debug("%s: failure states not read (%s: %s)", run.dir, type(exc).__name__, exc)
         return None
     return np.stack(eps["initial_state"].to_numpy()).astype(float) if len(eps) else None

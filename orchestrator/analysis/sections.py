@@ -186,6 +186,47 @@ def section_answer(doc: Doc, data, paper: dict) -> bool:
     return True
 
 
+def section_answer_challengers(doc: Doc, data, paper: dict) -> bool:
+    """RQ1's answer, for runs of Delta alone with several challengers: on every scenario, the bugs
+    each challenger finds (mean ± CI over seeds), which finds most, and the paper's ranking."""
+    runs = data["runs"]
+    rows = []
+    p2 = paper.get("table2") or {}
+    for sc in sorted(runs["scenario"].dropna().unique()):
+        units = optimality_units(runs, sc)
+        delta = units[units["method"] == "delta"]
+        algos = sorted({a for a in delta["challenger_algo"].dropna()})
+        if len(algos) < 2:
+            continue
+        by = {a: _vals(delta.loc[delta["challenger_algo"] == a, "bugs"]) for a in algos}
+        means = {a: _mean(v) for a, v in by.items()}
+        ours = max(means, key=lambda a: means[a] if means[a] == means[a] else -np.inf)
+        rest = [a for a in algos if a != ours]
+        second = max(rest, key=lambda a: means[a] if means[a] == means[a] else -np.inf)
+        _, p = stats.mann_whitney(by[ours], by[second])
+        pv = _p(p) if min(len(by[ours]), len(by[second])) >= 2 and p == p else NA_FEW
+        pb = {a: ((p2.get(sc) or {}).get("bugs") or {}).get(a) for a in algos}
+        pb = {a: v[0] if isinstance(v, (list, tuple)) else v for a, v in pb.items() if v is not None}
+        theirs = max(pb, key=pb.get).upper() if pb else "n/a (not in the paper)"
+        found = sum(means[a] > 0 for a in algos)
+        most = ours.upper() if means[ours] > means[second] else "none" if not found else "a tie"
+        rows.append([sc, "yes" if found == len(algos) else "no" if not found else "not with every challenger",
+                     ", ".join(f"{a.upper()} {cell(by[a])}" for a in algos), most,
+                     f"{ours.upper()} vs {second.upper()}: {pv}", theirs])
+    if not rows:
+        return False
+    doc.h("The answer: does Delta find optimality bugs, and with which challenger most?", 2)
+    doc.table(["scenario", "bugs found", "bugs per run by challenger (mean ± 95% CI, n seeds)", "most bugs",
+               "p (Mann–Whitney, the two best)", "most bugs in the paper"], rows, align="llllll",
+              caption="Delta's optimality bugs with each offline challenger (Table 2): ours over independent seeds "
+                      "and the paper's ranking")
+    doc.note("n: seeds per challenger; the runs of one seed share their safety run (dataset D), so the unit is "
+             f"the seed, not the campaign. p: two-sided Mann–Whitney U test over the seeds; {NA_FEW}: the test "
+             "needs two seeds on each side. Counts depend on the budget (the paper ran two hours): compare the "
+             "ranking, not the counts.")
+    return True
+
+
 def _delta_pct(ours: float, best: float) -> str:
     imp = stats.improvement(ours, best)
     if imp != imp:
@@ -208,17 +249,27 @@ def figure_runs(doc: Doc, data, scenario: str) -> bool:
     return True
 
 
+def _method_challenger(units: pd.DataFrame) -> pd.Series:
+    """Each run's method, with its challenger (``delta / BCQ``) when the runs test several: runs that
+    differ only in the challenger share a safety run, so they are not independent of each other."""
+    if "challenger_algo" in units and units["challenger_algo"].dropna().nunique() > 1:
+        return units["method"] + " / " + units["challenger_algo"].fillna("?").str.upper()
+    return units["method"]
+
+
 def figure_bugs_over_time(doc: Doc, data, scenario: str) -> bool:
     """The key plot: bugs and distinct bugs over the test cases, one line per method (mean of its runs)."""
     series = _timeline_series(data, scenario, "optimality")
     if not series:
         return False
     cols = ("bugs", "distinct_bugs")
+    per_challenger = any(" / " in label for label, _, _ in series)
     doc.figure(_safe(f"optimality-over-time-{scenario}"),
                fig_over_time(_mean_lines(series, cols), "test cases", [c.replace("_", " ") for c in cols],
                              f"{scenario}: bugs over time"),
                f"{scenario}: bugs and distinct bugs over the test cases of the optimality phase (mean over each "
-               f"method's runs, n in the legend)")
+               + ("method's runs, one line per challenger: n in the legend counts seeds)" if per_challenger
+                  else "method's runs, n in the legend)"))
     return True
 
 
@@ -454,8 +505,9 @@ def section_behaviour(doc: Doc, data, scenario: str, paper: dict) -> None:
             doc.p("Behaviour clustering: not in the data behind this report (it needs the runs' steps/).")
         return
     p6 = (paper.get("table6") or {}).get(scenario) or {}
-    rows = [[f"{t:.2f}", cell(b.loc[np.isclose(b["tau"], t), "clusters"]), _paper_cell(p6.get(f"{t:.2f}"))]
-            for t in TAUS]
+    groups = _behaviour_groups(b, data["runs"])
+    rows = [[f"{t:.2f}", *[cell(g.loc[np.isclose(g["tau"], t), "clusters"]) for g in groups.values()],
+             _paper_cell(p6.get(f"{t:.2f}"))] for t in TAUS]
     per_run = b.drop_duplicates("campaign")
     sampled, total = int(per_run["n"].sum()), int(per_run["total"].sum())
     methods = ", ".join(sorted(per_run["method"].dropna().unique()))
@@ -463,8 +515,12 @@ def section_behaviour(doc: Doc, data, scenario: str, paper: dict) -> None:
           f"{sampled} trajectories" + (f" (a seeded sample of {total} bugs)" if sampled < total else "")
           + f", states z-scored per dimension, multivariate DTW, {per_run['linkage'].iloc[0]}-linkage agglomerative "
           f"clustering; clusters counted at τ · d_max.")
-    doc.table(["τ", "behaviour clusters (ours, mean ± 95% CI over runs)", "paper (Delta)"], rows,
-              caption=f"{scenario}: behavioural patterns of the AUT on bug-triggering states (Table 6 layout)")
+    heads = ["behaviour clusters (ours, mean ± 95% CI over seeds)" if name is None else f"ours, {name} challenger"
+             for name in groups]
+    doc.table(["τ", *heads, "paper (Delta)"], rows,
+              caption=f"{scenario}: behavioural patterns of the AUT on bug-triggering states (Table 6 layout"
+                      + ("; one column per challenger: runs with another challenger share their safety run, so "
+                         "the independent unit is the seed" if len(groups) > 1 else "") + ")")
     singletons = []
     for _, r in per_run.iterrows():
         runb = b[b["campaign"] == r["campaign"]]
@@ -492,6 +548,17 @@ def section_behaviour(doc: Doc, data, scenario: str, paper: dict) -> None:
                    f"at τ · d_max)")
 
 
+def _behaviour_groups(b: pd.DataFrame, runs: pd.DataFrame) -> dict:
+    """The behaviour rows per challenger (``{"BCQ": rows, ...}``) when the runs test several, else
+    ``{None: rows}``: a mean over runs that share a safety run would count one seed several times."""
+    algo = dict(zip(runs["campaign"], runs["challenger_algo"])) if "challenger_algo" in runs else {}
+    names = b["campaign"].map(algo)
+    if names.dropna().nunique() <= 1:
+        return {None: b}
+    names = names.fillna("?").str.upper()
+    return {n: b[names == n] for n in sorted(names.unique())}
+
+
 # -- figures --------------------------------------------------------------------------------------
 def _timeline_series(data, scenario: str, phase: str) -> list[tuple[str, np.ndarray, dict]]:
     """(label, x, {column: y}) per distinct unit: an optimality run, or a distinct safety run."""
@@ -504,9 +571,9 @@ def _timeline_series(data, scenario: str, phase: str) -> list[tuple[str, np.ndar
         keep = runs.dropna(subset=["safety_key"]).drop_duplicates("safety_key")
         label = dict(zip(keep["campaign"], keep["safety_fuzzer"]))
         cols = ("failures", "distinct_failures")
-    else:
+    else:  # the unit is the seed: runs that share a safety run but test other challengers are lines of their own
         keep = runs.dropna(subset=["method"])
-        label = dict(zip(keep["campaign"], keep["method"]))
+        label = dict(zip(keep["campaign"], _method_challenger(keep)))
         cols = ("bugs", "distinct_bugs")
     out = []
     for camp, g in tl[(tl["phase"] == phase) & tl["campaign"].isin(list(label))].groupby("campaign", sort=True):

@@ -14,7 +14,7 @@ nondeterminism, so the loop records the order it applied them (:func:`applied_or
 verdicts. In-process (``workers: 0``) the same loop runs the units in submission order.
 
 ``corpus: actor`` (async phases with Ray rollout actors): the fuzzer object (corpus, energies,
-models, RNG) lives in a Ray actor (:class:`~orchestrator.fuzzers.corpus.FuzzerHost`); the driver
+models, RNG) lives in a Ray actor (:class:`~orchestrator.cluster.corpus_actor.FuzzerHost`); the driver
 holds a :class:`~orchestrator.cluster.corpus_actor.RemoteFuzzer` in its place, which sends the results to the actor (without waiting:
 an actor runs one caller's calls in the order sent) and gets the proposals from it. The handle
 keeps every call made since the last snapshot (``state_dict``, which the phase takes every
@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import time
 
-from orchestrator.campaign.units import apply_unit, next_generation_size, propose_unit
+from orchestrator.campaign.units import WorkUnit, apply_unit, next_generation_size, propose_unit
 from orchestrator.runs.layout import RunFolder
 from orchestrator.runs.store import StoreError
 
@@ -44,52 +44,78 @@ def corpus_place(spec, executor) -> tuple[str, str]:
 
 
 # -- the loop ---------------------------------------------------------------------------------------
-def run_async(phase, st, executor, t_start: float, after, replay: dict | None) -> None:
-    """The steady-state loop (``execution: async``): see the module's docstring."""
-    spec = phase.spec
-    unit = st.unit_size
-    order = None if replay is None else list(replay["order"])
-    flying: dict = {}
-    for u in st.in_flight:  # a resumed run: the units issued before the snapshot run again
-        executor.submit(u["generation"], u["states"], seed=u["gen_seed"], repeats=phase.repeats)
-        flying[u["generation"]] = u
-    issued = st.done + sum(u["n"] for u in flying.values())
+class UnitsInFlight:
+    """The units an async phase has in flight (by number) and the proposals it has issued (those
+    applied and those in flight): what the budget of the next unit is counted against."""
 
-    def fill() -> None:
-        nonlocal issued
-        while len(flying) < st.window:
-            n = next_generation_size(spec, issued, st, phase.fuzzer, size=unit, flying=len(flying))
+    def __init__(self, phase, st, executor):
+        self.phase, self.st, self.executor = phase, st, executor
+        self.units: dict = {}
+        for unit in st.in_flight:  # a resumed run: the units issued before the snapshot run again
+            self._submit(unit)
+        self.issued = st.done + sum(u.n for u in self.units.values())
+
+    def _submit(self, unit: WorkUnit) -> None:
+        self.executor.submit(unit.generation, unit.states, seed=unit.gen_seed, repeats=self.phase.repeats)
+        self.units[unit.generation] = unit
+
+    def fill(self) -> None:
+        """New units from the corpus as it now stands until the window is full (or the budget,
+        or the sampling barrier, says wait)."""
+        phase, st = self.phase, self.st
+        while len(self.units) < st.window:
+            n = next_generation_size(phase.spec, self.issued, st, phase.fuzzer, size=st.unit_size,
+                                     flying=len(self.units))
             if not n:
                 break
-            u = propose_unit(phase, st, n)
+            unit = propose_unit(phase, st, n)
             st.generation += 1
-            executor.submit(u["generation"], u["states"], seed=u["gen_seed"], repeats=phase.repeats)
-            flying[u["generation"]] = u
-            issued += n
-        st.in_flight = list(flying.values())
+            self._submit(unit)
+            self.issued += n
+        st.in_flight = list(self.units.values())
 
-    fill()
-    while flying:
-        key = None
-        if order is not None:
-            if len(st.applied) >= len(order) or order[len(st.applied)] not in flying:
-                raise StoreError(f"replay: the recorded order has unit {order[len(st.applied)] if len(st.applied) < len(order) else 'none'} "
-                                 f"next ({len(st.applied)} applied), but the units in flight are {sorted(flying)}: "
-                                 f"the replayed campaign differs from the recorded one (budget, window, seed)")
-            key = order[len(st.applied)]
+    def pop(self, generation: int) -> WorkUnit:
+        return self.units.pop(generation)
+
+
+def run_async(phase, st, executor, t_start: float, after, replay: dict | None) -> None:
+    """The steady-state loop (``execution: async``): see the module's docstring. ``after(row, n,
+    save=)`` follows each applied unit (``save``: a snapshot is due)."""
+    order = None if replay is None else list(replay["order"])
+    flight = UnitsInFlight(phase, st, executor)
+    flight.fill()
+    while flight.units:
+        key = _replayed_key(order, st, flight.units)
         t_roll = time.perf_counter()
         g, result = executor.next_result(key)
         st.rollout_seconds += time.perf_counter() - t_roll
-        u = flying.pop(g)
-        row = apply_unit(phase, st, u, result, t_start)
-        st.applied.append({"applied": len(st.applied), "generation": int(g), "gen_seed": int(u["gen_seed"]),
-                           phase.count_name: int(u["n"]), "phase": u["phase"], "window": int(st.window),
-                           "unit_size": int(st.unit_size),
-                           "wall_time": float(st.elapsed)})
-        fill()
-        g_size = max(1, int(spec.generation_size))
-        save = not flying or st.done // g_size > (st.done - u["n"]) // g_size
-        after(row, u["n"], save=save)
+        unit = flight.pop(g)
+        row = apply_unit(phase, st, unit, result, t_start)
+        st.applied.append({"applied": len(st.applied), "generation": int(g), "gen_seed": int(unit.gen_seed),
+                           phase.count_name: int(unit.n), "phase": unit.phase, "window": int(st.window),
+                           "unit_size": int(st.unit_size), "wall_time": float(st.elapsed)})
+        flight.fill()
+        after(row, unit.n, save=_snapshot_due(phase.spec, st, unit, flight.units))
+
+
+def _replayed_key(order: list | None, st, flying: dict):
+    """The unit to apply next in a replay (its recorded order); None without one (whichever
+    finishes first)."""
+    if order is None:
+        return None
+    k = len(st.applied)
+    key = order[k] if k < len(order) else None
+    if key is None or key not in flying:
+        raise StoreError(f"replay: the recorded order has unit {'none' if key is None else key} next ({k} applied), "
+                         f"but the units in flight are {sorted(flying)}: the replayed campaign differs from the "
+                         f"recorded one (budget, window, seed)")
+    return key
+
+
+def _snapshot_due(spec, st, unit: WorkUnit, flying: dict) -> bool:
+    """A snapshot every ``generation_size`` results (and after the last unit)."""
+    g_size = max(1, int(spec.generation_size))
+    return not flying or st.done // g_size > (st.done - unit.n) // g_size
 
 
 def write_applied_order(phase, st) -> None:

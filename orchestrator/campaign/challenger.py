@@ -20,17 +20,23 @@ import json
 import os
 import shutil
 import socket
+import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 
 from envs import get_scenario
+from orchestrator.campaign.cards import challenger_card
 from orchestrator.campaign.config import set_values
 from orchestrator.campaign.train_jobs import train_challenger_job
+from orchestrator.cluster.lifecycle import ray_node_alive, ray_node_id
+from orchestrator.cluster.progress import CampaignMetrics
 from orchestrator.runs import tracking
-from orchestrator.runs.cards import challenger_card, read_card, write_card
+from orchestrator.runs.cards import read_card, write_card
 from orchestrator.runs.layout import CARD, MODEL_FILES, SAFETY_PHASES, RunFolder
+from orchestrator.runs.progress_lines import LineProgress, is_terminal
 from orchestrator.runs.store import RunStore, StoreError
 from workers.challenger import challenger_config
 from workers.training import TrainingError, latest_checkpoint
@@ -78,7 +84,13 @@ def _train_run_challenger(
     if resume and latest_checkpoint(out) is None:
         raise TrainingError(f"--resume: {out} holds no challenger checkpoint to resume from")
     if not resume and latest_checkpoint(out) is not None:
-        raise TrainingError(f"{out} already holds a {algo} challenger; add --resume to continue it or choose another --out")
+        if read_card(out) is not None:
+            raise TrainingError(f"{out} already holds a {algo} challenger, trained (card.json); add --resume to "
+                                f"train it further (more --steps) or choose another --out")
+        # an interrupted training (checkpoints, no card): the same command continues it
+        print(f"deltarl: {out} holds an interrupted {algo} training (checkpoint {latest_checkpoint(out).name}, no "
+              f"card.json yet): continuing it", file=sys.stderr)
+        resume = True
 
     cache = challenger_cache_dir()
     key = lock = None
@@ -113,9 +125,14 @@ def _train_and_card(run: RunFolder, store, scenario, campaign: dict, cfg, out: P
                                   tags={"deltarl.kind": "challenger-training", "scenario": scenario.name,
                                         "algo": cfg.algo})
     t0 = time.perf_counter()
+    lines = _CheckpointLines(out, cfg) if progress and not is_terminal(sys.stderr) else None
     try:
-        state = train_challenger_job(cfg, run.root, out, phases=phases, resume=resume, tracking=mlrun,
-                                     progress=progress)
+        try:  # in a log, lines from the checkpoints instead of the job's bar
+            state = train_challenger_job(cfg, run.root, out, phases=phases, resume=resume, tracking=mlrun,
+                                         progress=progress and lines is None, campaign=campaign.get("name"))
+        finally:
+            if lines is not None:
+                lines.stop()
         card = challenger_card(out, cfg, state, scenario, aut_uri=campaign.get("aut"), eval_episodes=eval_episodes,
                                dataset={"run_dir": str(run.root), "run_id": store.run_id, "phases": list(phases),
                                         "episodes": state["episodes"], "transitions": state["transitions"]},
@@ -157,7 +174,10 @@ def challenger_cache_key(store, phases, cfg, eval_episodes: int) -> str:
         arr = np.ascontiguousarray(steps[k] if k != "episode_id" else np.diff(steps[k]) != 0)
         h.update(k.encode())
         h.update(arr.tobytes())
-    h.update(json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=str).encode())
+    config = dataclasses.asdict(cfg)
+    if config.get("preset") and Path(config["preset"]).is_file():  # the preset's text, not where the checkout lives
+        config["preset"] = hashlib.sha256(Path(config["preset"]).read_bytes()).hexdigest()
+    h.update(json.dumps(config, sort_keys=True, default=str).encode())
     h.update(str(int(eval_episodes)).encode())
     return h.hexdigest()[:24]
 
@@ -166,7 +186,8 @@ def _claim_or_wait(cache: Path, key: str, timeout_s: float = 6 * 3600.0, poll_s:
     """Claim the right to train entry ``key`` (returns the lock file), or wait while another
     campaign trains it and return None once its entry exists. A lock whose owner died is taken
     over: at once when the owner ran on this machine (its pid is gone: a grid killed at the end of
-    a working day resumes without waiting), else when the lock is older than ``timeout_s``."""
+    a working day resumes without waiting) or on a Ray node the cluster has lost (a campaign of a
+    grid rerun after its node died), else when the lock is older than ``timeout_s``."""
     cache.mkdir(parents=True, exist_ok=True)
     lock = cache / f".{key}.lock"
     t0 = time.monotonic()
@@ -175,7 +196,8 @@ def _claim_or_wait(cache: Path, key: str, timeout_s: float = 6 * 3600.0, poll_s:
             return None
         try:
             fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            os.write(fd, f"{socket.gethostname()}:{os.getpid()}".encode())
+            node = ray_node_id()
+            os.write(fd, (f"{socket.gethostname()}:{os.getpid()}" + (f"\nray-node:{node}" if node else "")).encode())
             os.close(fd)
             return lock
         except FileExistsError:
@@ -190,10 +212,16 @@ def _claim_or_wait(cache: Path, key: str, timeout_s: float = 6 * 3600.0, poll_s:
 
 
 def _owner_died(lock: Path) -> bool:
-    """True when the lock's owner ran on this machine and its process no longer exists. The lock
-    holds ``host:pid`` (``pid`` alone in locks written before 2026-12-05: this machine's). An owner
-    on another machine cannot be checked from here: False."""
-    host, _, pid = lock.read_text().strip().rpartition(":")
+    """True when the lock's owner is known dead: it ran on this machine and its process no longer
+    exists, or it ran on a Ray node that the cluster no longer counts alive. The lock holds
+    ``host:pid`` and, in a Ray cluster, a line ``ray-node:<id>`` (``pid`` alone in locks written
+    before 2026-12-05: this machine's). An owner on another machine whose node is alive (or not
+    known) cannot be checked from here: False."""
+    lines = lock.read_text().strip().splitlines() or [""]
+    node = next((ln.split(":", 1)[1] for ln in lines[1:] if ln.startswith("ray-node:")), None)
+    if node and node != ray_node_id() and ray_node_alive(node) is False:
+        return True
+    host, _, pid = lines[0].rpartition(":")
     if not pid.isdigit() or (host and host != socket.gethostname()):
         return False
     try:
@@ -220,6 +248,50 @@ def _to_cache(out: Path, dest: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+class _CheckpointLines:
+    """The challenger's progress when stderr is no terminal: a thread reads the newest checkpoint's
+    step (and evaluation return) and writes :class:`LineProgress` lines, a few per training."""
+
+    def __init__(self, out: Path, cfg, poll: float = 1.0):
+        ck = latest_checkpoint(out)
+        self.out, self.poll, self.done = out, poll, threading.Event()
+        self.bar = LineProgress(cfg.steps, initial=_checkpoint_step(ck) if ck else 0, unit="steps",
+                                desc=f"challenger {cfg.algo} on D ({cfg.scenario})")
+        self.thread = threading.Thread(target=self._watch, name="challenger-progress", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        ck = latest_checkpoint(self.out)
+        step = _checkpoint_step(ck) if ck is not None else None
+        if step is not None and step > self.bar.n:
+            hist = (_checkpoint_state(ck) or {}).get("history") or [{}]
+            if "eval_return" in hist[-1]:
+                self.bar.set_postfix(eval=f"{hist[-1]['eval_return']:.1f}")
+            self.bar.update(step - self.bar.n)
+
+    def _watch(self) -> None:
+        while not self.done.wait(self.poll):
+            self._read()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+        self._read()
+        self.bar.close()
+
+
+def _checkpoint_state(ck: Path) -> dict | None:
+    try:
+        return json.loads((ck / "state.json").read_text())
+    except (OSError, ValueError):  # being written: the next poll reads it
+        return None
+
+
+def _checkpoint_step(ck: Path) -> int | None:
+    st = _checkpoint_state(ck)
+    return int(st["step"]) if st and "step" in st else None
+
+
 def _from_cache(hit: Path, out: Path, run_dir: Path, store) -> dict:
 
     out.mkdir(parents=True, exist_ok=True)
@@ -243,6 +315,9 @@ def run_challenger_phase(campaign, *, resume: bool = False, progress: bool = Tru
         if resume and read_card(out) is not None:
             cards.append(read_card(out))
             continue
+        # the dashboard's Actors page names the phase (a no-op until Ray runs); the training's epochs
+        # report to the same actor from wherever they run (train_jobs._reporter)
+        CampaignMetrics(campaign.name, "challenger").update(progress=f"{algo}: training")
         cards.append(train_run_challenger(
             campaign.output, algo, preset=spec.preset, steps=spec.steps, seed=campaign.seed,
             torch_threads=spec.torch_threads, resume=resume and latest_checkpoint(out) is not None, eval_episodes=spec.eval_episodes,

@@ -65,13 +65,23 @@ with an existing challenger).
 
 Validation happens before any Ray work: an unknown key, a wrong type, an unknown fuzzer or
 scenario, a negative budget each give one :class:`CampaignError` naming the field and what is
-allowed. The resolved campaign (defaults filled in) is saved beside the results.
+allowed. Every number is bounded: budgets by :data:`MAX_EPISODES` episodes and
+:data:`MAX_SECONDS` seconds, sizes by :data:`MAX_SIZE`; a number YAML 1.1 reads as text
+(``seconds: 1e3``) is read as the number. ``output`` expands ``~`` and environment variables
+(``$HOME/runs/x``), and so do ``aut`` and ``optimality.challenger`` when they begin with ``~`` or
+``$``; an unset variable is refused. ``scenario_overrides`` are checked against the
+scenario's own settings (same kind of value, finite, ``max_steps`` >= 1, identity fields such as
+``name`` not settable). ``workers: N`` is checked against the CPUs when the campaign starts
+(:func:`orchestrator.cluster.executor.check_workers`: the machine, or the cluster it joins).
+The resolved campaign (defaults filled in) is saved beside the results.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +92,14 @@ from workers.llm import LLMConfig, LLMConfigError
 from workers.yamlfile import load_yaml
 
 MAX_SEED = 2**31 - 1
+MAX_EPISODES = 10**9  # a budget's episodes (test cases): a billion, ~90 days of CartPole on 128 cores
+MAX_SECONDS = 366 * 24 * 3600.0  # a budget's seconds: one year
+MAX_SIZE = 10**6  # generation_size, batch_size, eval_episodes, repeats
+MAX_STEPS = 10**9  # challenger gradient steps
+# scenario fields that name what the scenario is: an override would make it another scenario
+FIXED_SCENARIO_FIELDS = ("name", "version", "env_id", "obs_dim", "state_dim", "state_names", "state_meaning",
+                         "action")
+_NUMBER_TEXT = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 # how a fuzzing phase runs its rollouts (orchestrator.campaign.generations): generations with a
 # barrier (sync, the reproducible default) or steady state (async, docs/scaling.md)
 EXECUTION_MODES = ("sync", "async")  # seeds are 0 .. 2^31 - 1 (numpy refuses negative ones)
@@ -226,13 +244,49 @@ def _check_type(value, hint: str, path: str):
         if hint.startswith(label) or hint.startswith(f"{label} |"):
             ok = isinstance(value, py) and not (py in (int, float) and isinstance(value, bool))
             if py is float and isinstance(value, int) and not isinstance(value, bool):
-                ok, value = True, float(value)
+                ok, value = True, _as_float(value, path)
+            if py is int and isinstance(value, str) and _NUMBER_TEXT.fullmatch(value.strip()):
+                ok, value = _integral(value)  # YAML 1.1 reads 1e3 as text; 1e3 episodes mean 1000
+            if py is float and isinstance(value, str) and _NUMBER_TEXT.fullmatch(value.strip()):
+                ok, value = True, _as_float(value, path)  # YAML 1.1 reads 1e3 (no dot) as text
             if not ok:
                 raise CampaignError(f"{path} must be {_TYPES[py]}, got {value!r}")
             if py is float and not math.isfinite(value):  # YAML's .nan / .inf: an endless or undefined budget
                 raise CampaignError(f"{path} must be a finite number, got {value!r}")
             return value
     return value
+
+
+def _integral(text: str):
+    """``(True, n)`` for number text that is a whole number (``1e3``: 1000), else ``(False, text)``."""
+    from decimal import Decimal, InvalidOperation
+
+    try:
+        d = Decimal(text.strip())
+    except InvalidOperation:
+        return False, text
+    if d != d.to_integral_value() or abs(d.adjusted()) > 100:
+        return False, text
+    return True, int(d)
+
+
+def _as_float(value, path: str) -> float:
+    try:
+        return float(value)
+    except OverflowError:  # an integer beyond a float's range
+        raise CampaignError(f"{path} must be a finite number, got {value!r}") from None
+
+
+def expand_path(text: str, what: str = "output") -> str:
+    """``~`` and environment variables expanded, as a shell would; an unset variable refused
+    (it would leave a literal ``$NAME`` folder)."""
+    out = os.path.expandvars(os.path.expanduser(text))
+    left = re.search(r"\$(\w+|\{\w+\})", out)
+    if left and left.group(0) in text:
+        raise CampaignError(f"{what}: environment variable {left.group(1).strip('{}')} is not set (in {text!r})")
+    if out.startswith("~"):
+        raise CampaignError(f"{what}: cannot expand {text.split('/')[0]!r} (no such user); give the folder's full path")
+    return out
 
 
 def load_campaign(path: str | Path, **overrides) -> Campaign:
@@ -269,100 +323,193 @@ def campaign_of_run(run_dir) -> Campaign:
     return c
 
 
-def validate_campaign(c: Campaign):
-    """Semantic checks: known scenario and fuzzer, sane budgets and sizes. Returns the scenario it
-    built (the phases reuse it through ``c.build_scenario()``)."""
+def _validate_output_and_seed(c: Campaign) -> None:
     if not isinstance(c.output, str) or not c.output.strip():
         raise CampaignError(f"output must be a folder path, got {c.output!r} (an empty path would write the run "
                             f"into the current folder): set output or give --out DIR")
+    c.output = expand_path(c.output)
+    if isinstance(c.aut, str) and c.aut.startswith(("~", "$")):  # a policy file under ~ or $VAR
+        c.aut = expand_path(c.aut, "aut")
+    o = c.optimality
+    if o is not None and isinstance(o.challenger, str) and o.challenger.startswith(("~", "$")):
+        o.challenger = expand_path(o.challenger, "optimality.challenger")
     if not 0 <= c.seed <= MAX_SEED:
         raise CampaignError(f"seed must be an integer from 0 to {MAX_SEED}, got {c.seed}")
+
+
+def validate_campaign(c: Campaign):
+    """Semantic checks: known scenario and fuzzer, sane budgets and sizes. Returns the scenario it
+    built (the phases reuse it through ``c.build_scenario()``)."""
+    _validate_output_and_seed(c)
+    _validate_overrides(c)
     try:
         scenario = c.build_scenario()
     except ScenarioError as exc:
         raise CampaignError(f"scenario: {exc}") from exc
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:  # an override the scenario cannot take
+        raise CampaignError(f"scenario_overrides: {c.scenario} cannot take {c.scenario_overrides!r} "
+                            f"({type(exc).__name__}: {exc})") from None
     if c.safety is not None:
         _validate_search(c.safety, "safety")
         if fuzzer_class(c.safety.fuzzer).needs_challenger:
             raise CampaignError(f"safety.fuzzer: {c.safety.fuzzer} tests optimality (it needs the challenger); "
                                 f"use it under optimality.fuzzer")
-
     for where, spec in (("safety", c.safety), ("optimality", c.optimality)):
         if spec is not None and spec.fuzzer.lower() in FUZZERS:
-            unknown = sorted(set(spec.params) - set(fuzzer_params(spec.fuzzer)))
-            if unknown:
-                raise CampaignError(f"{where}.params: {spec.fuzzer} has no parameter {unknown[0]!r}; its parameters: "
-                                    f"{', '.join(fuzzer_params(spec.fuzzer)) or 'none'} (docs/fuzzers.md)")
-        if spec is not None and spec.fuzzer.lower() in FUZZERS and fuzzer_class(spec.fuzzer).needs_llm:
-            from workers import local_llm
+            _validate_fuzzer(c, spec, where)
+    _validate_llm_section(c)
+    if c.safety is None and c.challenger is None and c.optimality is None:
+        raise CampaignError("the campaign has no phase: give a safety, challenger or optimality section")
+    c.workers = _check_workers(c.workers)
+    if not 1 <= c.batch_size <= MAX_SIZE:
+        raise CampaignError(f"batch_size must be from 1 to {MAX_SIZE:,}, got {c.batch_size}")
+    if c.challenger is not None:
+        _validate_challenger(c)
+    if c.optimality is not None:
+        _validate_optimality(c, scenario)
+    return scenario
 
-            try:
-                if local_llm.uses_local_model(c.llm):  # no endpoint: the local model, started by the campaign
-                    local_llm.check_installed()
-                    LLMConfig(**{**(c.llm or LLMConfig()).to_dict(), "base_url": "http://127.0.0.1/v1",
-                                 "model": local_llm.MODEL_ALIAS}).check()
-                else:
-                    (c.llm or LLMConfig()).check()
-            except LLMConfigError as exc:
-                raise CampaignError(f"{where}.fuzzer: {spec.fuzzer} asks an LLM for new scenarios, but {exc}") from exc
-    # an llm section with an endpoint must be usable even when no fuzzer of this campaign asks
-    # for it (a grid may switch the fuzzer); without an endpoint it is only checked above
+
+def _validate_overrides(c: Campaign) -> None:
+    """Each override against the scenario's own setting: a known field that may be set, with a
+    value of the same kind (a finite number, an integer for an integer, a list of the same
+    length for an array); ``max_steps`` >= 1. Gymnasium scenarios check their own (``spec``)."""
+    if not isinstance(c.scenario_overrides, dict) or not c.scenario_overrides or str(c.scenario)[:4].lower() == "gym:":
+        return
+    from envs import get_scenario
+
+    try:
+        default = get_scenario(c.scenario)
+    except ScenarioError as exc:
+        raise CampaignError(f"scenario: {exc}") from exc
+    for key, value in c.scenario_overrides.items():
+        where = f"scenario_overrides.{key}"
+        if key in FIXED_SCENARIO_FIELDS:
+            raise CampaignError(f"{where}: {key} says which scenario this is and cannot be overridden; choose "
+                                f"another scenario with scenario: instead")
+        if not hasattr(default, key):
+            raise CampaignError(f"scenario: scenario {default.name} has no setting {key!r}")
+        _check_override(where, getattr(default, key), value)
+
+
+def _check_override(where: str, have, value) -> None:
+    import numpy as np
+
+    def number(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    if isinstance(have, bool):
+        ok, want = isinstance(value, bool), "true or false"
+    elif isinstance(have, int):
+        ok, want = isinstance(value, int) and not isinstance(value, bool) and value >= (1 if have >= 1 else 0), \
+            f"an integer >= {1 if have >= 1 else 0}"
+    elif isinstance(have, float):
+        ok, want = number(value), "a finite number"
+    elif isinstance(have, np.ndarray) or (isinstance(have, (list, tuple)) and all(number(v) for v in have)):
+        n = int(np.size(have))
+        ok = isinstance(value, list) and len(value) == n and all(number(v) for v in value)
+        want = f"a list of {n} finite numbers"
+    elif isinstance(have, str):
+        ok, want = isinstance(value, str), "a string"
+    else:
+        return  # a structured setting: the scenario checks it when it builds
+    if not ok:
+        raise CampaignError(f"{where} must be {want} (the scenario's default: {_shown(have)}), got {value!r}")
+
+
+def _shown(v) -> str:
+    return repr(v.tolist()) if hasattr(v, "tolist") else repr(v)
+
+
+def _validate_fuzzer(c: Campaign, spec, where: str) -> None:
+    """A known fuzzer's parameters, and the LLM of an LLM-guided one."""
+    unknown = sorted(set(spec.params) - set(fuzzer_params(spec.fuzzer)))
+    if unknown:
+        raise CampaignError(f"{where}.params: {spec.fuzzer} has no parameter {unknown[0]!r}; its parameters: "
+                            f"{', '.join(fuzzer_params(spec.fuzzer)) or 'none'} (docs/fuzzers.md)")
+    if not fuzzer_class(spec.fuzzer).needs_llm:
+        return
+    from workers import local_llm
+
+    try:
+        if local_llm.uses_local_model(c.llm):  # no endpoint: the local model, started by the campaign
+            local_llm.check_installed()
+            LLMConfig(**{**(c.llm or LLMConfig()).to_dict(), "base_url": "http://127.0.0.1/v1",
+                         "model": local_llm.MODEL_ALIAS}).check()
+        else:
+            (c.llm or LLMConfig()).check()
+    except LLMConfigError as exc:
+        raise CampaignError(f"{where}.fuzzer: {spec.fuzzer} asks an LLM for new scenarios, but {exc}") from exc
+
+
+def _validate_llm_section(c: Campaign) -> None:
+    """An llm section with an endpoint must be usable even when no fuzzer of this campaign asks
+    for it (a grid may switch the fuzzer); without an endpoint it is checked with the fuzzer."""
     if c.llm is not None and c.llm.resolved().base_url and c.llm.resolved().model:
         try:
             c.llm.check()
         except LLMConfigError as exc:
             raise CampaignError(f"llm: {exc}") from exc
-    if c.safety is None and c.challenger is None and c.optimality is None:
-        raise CampaignError("the campaign has no phase: give a safety, challenger or optimality section")
-    c.workers = _check_workers(c.workers)
-    if c.batch_size < 1:
-        raise CampaignError(f"batch_size must be >= 1, got {c.batch_size}")
-    if c.challenger is not None:
-        from workers.challenger import ALGOS, challenger_config
-        from workers.training import TrainingError
 
-        ch = c.challenger
-        if not ch.algos:
-            raise CampaignError(f"challenger.algos: list at least one of {', '.join(ALGOS)}")
-        for algo in ch.algos:
-            if algo not in ALGOS:
-                raise CampaignError(f"challenger.algos: unknown algorithm {algo!r}; allowed: {', '.join(ALGOS)}")
-            try:  # the preset exists, covers the scenario and its settings are valid d3rlpy settings
-                challenger_config(c.scenario, algo, ch.preset, steps=ch.steps, torch_threads=ch.torch_threads).validate()
-            except TrainingError as exc:
-                raise CampaignError(f"challenger: {exc}") from exc
-        if ch.steps is not None and ch.steps < 1:
-            raise CampaignError(f"challenger.steps must be >= 1, got {ch.steps}")
-        if ch.torch_threads is not None and (not isinstance(ch.torch_threads, int) or ch.torch_threads < 1):
-            raise CampaignError(f"challenger.torch_threads must be an integer >= 1 (or null: the preset's), "
-                                f"got {ch.torch_threads!r}")
-        if ch.eval_episodes < 1:
-            raise CampaignError(f"challenger.eval_episodes must be >= 1, got {ch.eval_episodes}")
-        if c.safety is None:
-            raise CampaignError("challenger: it trains on the safety phase's record D; add a safety section")
-    if c.optimality is not None:
-        from orchestrator.fuzzers.oracles import ORACLES
 
-        o = c.optimality
-        _validate_search(o, "optimality")
-        if o.challenger is None and c.challenger is None:
-            raise CampaignError("optimality.challenger: give a challenger policy URI, or a challenger section "
-                                "that trains one")
-        if o.oracle not in ORACLES:
-            raise CampaignError(f"optimality.oracle: unknown oracle {o.oracle!r}; allowed: {', '.join(ORACLES)}")
-        if o.delta < 0:
-            raise CampaignError(f"optimality.delta must be >= 0, got {o.delta}")
-        if o.repeats is not None and o.repeats < 1:
-            raise CampaignError(f"optimality.repeats must be >= 1, got {o.repeats}")
-        if not 0 < o.alpha < 1:
-            raise CampaignError(f"optimality.alpha must be in (0, 1), got {o.alpha}")
-        from orchestrator.fuzzers.oracles import make_oracle
+def _validate_challenger(c: Campaign) -> None:
+    from workers.challenger import ALGOS, challenger_config
+    from workers.training import TrainingError
 
-        try:  # e.g. a statistical oracle whose repeats cannot reach its alpha
-            make_oracle(o.oracle, scenario, delta=o.delta, repeats=o.repeats, alpha=o.alpha)
-        except ValueError as exc:
-            raise CampaignError(f"optimality: {exc}") from exc
-    return scenario
+    ch = c.challenger
+    if not ch.algos:
+        raise CampaignError(f"challenger.algos: list at least one of {', '.join(ALGOS)}")
+    for algo in ch.algos:
+        if algo not in ALGOS:
+            raise CampaignError(f"challenger.algos: unknown algorithm {algo!r}; allowed: {', '.join(ALGOS)}")
+        try:  # the preset exists, covers the scenario and its settings are valid d3rlpy settings
+            challenger_config(c.scenario, algo, ch.preset, steps=ch.steps, torch_threads=ch.torch_threads).validate()
+        except TrainingError as exc:
+            raise CampaignError(f"challenger: {exc}") from exc
+    if ch.steps is not None and not 1 <= ch.steps <= MAX_STEPS:
+        raise CampaignError(f"challenger.steps must be from 1 to {MAX_STEPS:,}, got {ch.steps}")
+    if ch.torch_threads is not None and (not isinstance(ch.torch_threads, int) or ch.torch_threads < 1):
+        raise CampaignError(f"challenger.torch_threads must be an integer >= 1 (or null: the preset's), "
+                            f"got {ch.torch_threads!r}")
+    if not 1 <= ch.eval_episodes <= MAX_SIZE:
+        raise CampaignError(f"challenger.eval_episodes must be from 1 to {MAX_SIZE:,}, got {ch.eval_episodes}")
+    if c.safety is None:
+        raise CampaignError("challenger: it trains on the safety phase's record D; add a safety section")
+
+
+def _validate_optimality(c: Campaign, scenario) -> None:
+    from orchestrator.fuzzers.oracles import ORACLES, make_oracle
+
+    o = c.optimality
+    _validate_search(o, "optimality")
+    if o.challenger is None and c.challenger is None:
+        raise CampaignError("optimality.challenger: give a challenger policy URI, or a challenger section "
+                            "that trains one")
+    if o.oracle not in ORACLES:
+        raise CampaignError(f"optimality.oracle: unknown oracle {o.oracle!r}; allowed: {', '.join(ORACLES)}")
+    if o.delta < 0:
+        raise CampaignError(f"optimality.delta must be >= 0, got {o.delta}")
+    if o.repeats is not None and not 1 <= o.repeats <= MAX_SIZE:
+        raise CampaignError(f"optimality.repeats must be from 1 to {MAX_SIZE:,}, got {o.repeats}")
+    if not 0 < o.alpha < 1:
+        raise CampaignError(f"optimality.alpha must be in (0, 1), got {o.alpha}")
+    try:  # e.g. a statistical oracle whose repeats cannot reach its alpha
+        make_oracle(o.oracle, scenario, delta=o.delta, repeats=o.repeats, alpha=o.alpha)
+    except ValueError as exc:
+        raise CampaignError(f"optimality: {exc}") from exc
+
+
+def _validate_budget(b: Budget, where: str) -> None:
+    if b.episodes is None and b.seconds is None:
+        raise CampaignError(f"{where}.budget: give episodes or seconds (e.g. {{episodes: 2000}})")
+    if b.episodes is not None and b.episodes <= 0:
+        raise CampaignError(f"{where}.budget.episodes must be a positive integer, got {b.episodes}")
+    if b.episodes is not None and b.episodes > MAX_EPISODES:
+        raise CampaignError(f"{where}.budget.episodes must be at most {MAX_EPISODES:,}, got {b.episodes:,}")
+    if b.seconds is not None and b.seconds <= 0:
+        raise CampaignError(f"{where}.budget.seconds must be a positive number, got {b.seconds}")
+    if b.seconds is not None and b.seconds > MAX_SECONDS:
+        raise CampaignError(f"{where}.budget.seconds must be at most {MAX_SECONDS:,.0f} (one year), got {b.seconds:g}")
 
 
 def _validate_search(spec, where: str) -> None:
@@ -370,17 +517,13 @@ def _validate_search(spec, where: str) -> None:
 
     if spec.fuzzer.lower() not in FUZZERS:
         raise CampaignError(f"{where}.fuzzer: unknown fuzzer {spec.fuzzer!r}; allowed: {', '.join(FUZZERS)}")
-    b = spec.budget
-    if b.episodes is None and b.seconds is None:
-        raise CampaignError(f"{where}.budget: give episodes or seconds (e.g. {{episodes: 2000}})")
-    if b.episodes is not None and b.episodes <= 0:
-        raise CampaignError(f"{where}.budget.episodes must be a positive integer, got {b.episodes}")
-    if b.seconds is not None and b.seconds <= 0:
-        raise CampaignError(f"{where}.budget.seconds must be a positive number, got {b.seconds}")
+    _validate_budget(spec.budget, where)
     if not 0.0 < spec.sampling_fraction < 1.0:
         raise CampaignError(f"{where}.sampling_fraction must be between 0 and 1 (exclusive), got {spec.sampling_fraction}")
     if spec.generation_size < 1:
         raise CampaignError(f"{where}.generation_size must be >= 1, got {spec.generation_size}")
+    if spec.generation_size > MAX_SIZE:
+        raise CampaignError(f"{where}.generation_size must be at most {MAX_SIZE:,}, got {spec.generation_size:,}")
     if spec.execution not in EXECUTION_MODES:
         raise CampaignError(f"{where}.execution must be one of {', '.join(EXECUTION_MODES)} (sync: generations with "
                             f"a barrier, the reproducible default; async: steady state, every rollout actor kept "

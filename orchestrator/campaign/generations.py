@@ -4,19 +4,27 @@ the way d3rlpy's algorithms share one fitter and supply their loss:
 
     class MyPhase(Phase):
         name = "safety"                      # the store phase family, snapshot prefix, MLflow experiment
-        def judge(self, states, result, gen_seed): ...  # -> the fuzzer's Feedback (and the phase's verdicts)
-        def record(self, st, states, result, gen_seed): ...  # store writes, counters -> metrics row
+        def judge(self, states, result, gen_seed): ...  # -> a Verdict: the fuzzer's Feedback (and the phase's verdicts)
+        def record(self, st, unit, result, verdict): ...  # store writes, counters -> metrics row
         def summarize(self, st): ...         # summary files -> the summary dict
 
-One generation: ``fuzzer.propose(n)`` → the scenario validates the states → the executor runs the
-phase's policies from them (``repeats`` each, seeds ``generation_seed``) → ``phase.judge`` →
+One generation: ``fuzzer.propose(n)`` → the scenario validates the states (a
+:class:`~orchestrator.campaign.units.WorkUnit`: proposals, states, seed ``generation_seed``) →
+the executor runs the phase's policies from them (``repeats`` each) → ``phase.judge`` →
 ``fuzzer.observe`` → ``phase.record`` (Parquet) → a timeline row → ``phase.commit`` (files such
-as ``bugs.parquet``) → a snapshot → MLflow, Ray metrics, the progress bar.
+as ``bugs.parquet``) → a snapshot → MLflow, Ray metrics, the progress bar (:class:`Reporter`).
+:class:`PhaseRun` holds what a run of the loop opens: the executor (its workers: the one
+``workers: auto`` rule, :func:`~orchestrator.cluster.executor.phase_workers`), the corpus actor,
+and the phase's services (:class:`PhaseService`: an LLM-guided fuzzer's LLM pool, which adds its
+columns to the timeline and its figures to the summary; :mod:`orchestrator.campaign.llm_service`).
+The loop itself knows of no particular fuzzer.
 
 Snapshots (``snapshots/<prefix>-NNNNNN.pkl``, written whole) hold the fuzzer's state, the loop
-state and the Parquet part files committed so far; ``resume`` deletes the parts written after
-the last snapshot (a generation cut short, or every part of the phase when it was killed before
-its first snapshot), restores both states and continues: with an episode budget the resumed run
+state and the Parquet part files committed so far (the store's
+:func:`~orchestrator.runs.store.committed_parts`); ``resume`` deletes the parts written after the
+last snapshot (:func:`~orchestrator.runs.store.drop_uncommitted`: a generation cut short, or every
+part of the phase when it was killed before its first snapshot), restores both states and
+continues: with an episode budget the resumed run
 reaches exactly the result of an uninterrupted one with the same seed. A damaged newest
 snapshot falls back to the previous one (two are kept), with a message.
 The sampling phase spends ``sampling_fraction`` of the budget (episodes or seconds) on the
@@ -27,7 +35,8 @@ initial corpus.
 result as it arrives (the Parquet record is the same; ``iteration`` = the unit's number); the order
 it applied them is recorded (:meth:`RunFolder.applied_order_parquet`) and ``replay=`` runs a
 campaign in a recorded order: with an episode budget it gives the same proposals and verdicts.
-Snapshots (every ``generation_size`` results) also hold the units in flight; a resumed run
+Snapshots (every ``generation_size`` results) also hold the units in flight (as dicts of their
+fields; a snapshot of a version whose units differ is refused with a message); a resumed run
 submits them again first. ``corpus: actor`` puts the fuzzer in a Ray actor, restored from the
 last snapshot when it dies.
 """
@@ -42,21 +51,28 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm import tqdm
-
 from orchestrator.campaign.async_loop import applied_order, corpus_place, run_async, write_applied_order
 from orchestrator.campaign.config import set_values
-from orchestrator.campaign.units import apply_unit, generation_seed, next_generation_size, propose_unit
+from orchestrator.campaign.units import (
+    Verdict,
+    WorkUnit,
+    apply_unit,
+    generation_seed,
+    next_generation_size,
+    propose_unit,
+)
 from orchestrator.cluster.corpus_actor import RemoteFuzzer
-from orchestrator.cluster.driver import CampaignMetrics
-from orchestrator.cluster.executor import Executor, resolve_workers
-from orchestrator.cluster.llm_pool import attach_llm
+from orchestrator.cluster.executor import Executor, phase_workers
+from orchestrator.cluster.progress import CampaignMetrics
 from orchestrator.runs import tracking
 from orchestrator.runs.files import damaged_error, damaged_parts
 from orchestrator.runs.layout import SNAPSHOT_PREFIX, RunFolder
-from orchestrator.runs.store import StoreError, atomic_write_bytes
+from orchestrator.runs.progress_lines import progress_bar
+from orchestrator.runs.store import StoreError, atomic_write_bytes, committed_parts, drop_uncommitted
 
-__all__ = ["LoopState", "Phase", "applied_order", "generation_seed", "run_phase", "snapshot", "restore"]
+__all__ = ["LoopState", "Phase", "PhaseService", "Verdict", "WorkUnit", "applied_order", "generation_seed",
+           "run_phase", "snapshot", "restore"]
+
 
 @dataclass
 class LoopState:
@@ -70,10 +86,35 @@ class LoopState:
     rollout_seconds: float = 0.0  # wall time spent waiting for rollouts (the rest is overhead)
     timeline: list = field(default_factory=list)  # one row per generation
     # execution: async (empty in sync runs)
-    in_flight: list = field(default_factory=list)  # units issued but not applied (a resume submits them again)
+    in_flight: list = field(default_factory=list)  # WorkUnits issued but not applied (a resume submits them again)
     applied: list = field(default_factory=list)  # one row per applied unit, in the order applied
     window: int = 0  # units kept in flight (fixed at the phase's start: a replay needs the same)
     unit_size: int = 0  # proposals per unit (fixed at the phase's start, likewise)
+
+    def __post_init__(self):
+        # a snapshot holds the units in flight as dicts of their fields (dataclasses.asdict)
+        self.in_flight = [WorkUnit.of(u) for u in self.in_flight]
+
+
+class PhaseService:
+    """Something a phase brings to the loop beside its fuzzer, e.g. an LLM-guided fuzzer's LLM
+    (:mod:`orchestrator.campaign.llm_service`). The loop starts it once it knows where the
+    rollouts run, adds its columns to each timeline row and its figures to the summary, and
+    closes it at the end (also when the phase fails)."""
+
+    def start(self, workers: int) -> None:
+        """Start what the phase needs (``workers``: the phase's Ray rollout actors, 0 in-process)."""
+
+    def unit_columns(self) -> dict:
+        """Timeline columns after each applied unit (after the phase's own)."""
+        return {}
+
+    def summary_figures(self) -> dict:
+        """Entries added to the phase's summary (after the phase's own; written with it)."""
+        return {}
+
+    def close(self) -> None:
+        """Stop what :meth:`start` started (called once, also after a failed start)."""
 
 
 class Phase(abc.ABC):
@@ -85,27 +126,31 @@ class Phase(abc.ABC):
     repeats: int = 1  # rollouts per policy and state
     state_class = LoopState
 
-    def __init__(self, campaign, spec, scenario, run: RunFolder, store, fuzzer, uris: dict, policies: dict):
+    def __init__(self, campaign, spec, scenario, run: RunFolder, store, fuzzer, uris: dict, policies: dict,
+                 services: list[PhaseService] | tuple = ()):
         self.campaign, self.spec, self.scenario = campaign, spec, scenario
         self.run, self.store, self.fuzzer = run, store, fuzzer
         self.uris, self.policies = uris, policies
+        self.services = list(services)
         self.policy_hashes: dict = {}
         self.executor_info: dict = {}  # which executor ran the phase and why (the summary has it)
 
     @abc.abstractmethod
-    def judge(self, states, result, gen_seed: int):
-        """The fuzzer's :class:`~orchestrator.fuzzers.base.Feedback` for this generation."""
+    def judge(self, states, result, gen_seed: int) -> Verdict:
+        """The phase's verdict on a unit's result: the fuzzer's
+        :class:`~orchestrator.fuzzers.base.Feedback` (and what :meth:`record` needs)."""
 
     @abc.abstractmethod
-    def record(self, st, states, result, gen_seed: int) -> dict:
-        """Write the generation to the store and update ``st``; the phase's timeline columns."""
+    def record(self, st, unit: WorkUnit, result, verdict: Verdict) -> dict:
+        """Write the unit to the store and update ``st``; the phase's timeline columns."""
 
     @abc.abstractmethod
     def summarize(self, st) -> dict:
         """Write the phase's summary files; return the summary."""
 
+    @abc.abstractmethod
     def commit(self, st) -> None:
-        """Files the phase writes whole before each snapshot."""
+        """Write the files the phase writes whole before each snapshot (its verdicts)."""
 
     def episodes_run(self, n: int) -> int:
         return n * self.repeats * len(self.uris)
@@ -147,12 +192,7 @@ def mlflow_metrics(metrics: dict) -> dict:
     return {f"findings/{k}" if k in FINDINGS else k: v for k, v in metrics.items()}
 
 
-# -- budget ------------------------------------------------------------------------------------
 # -- snapshots ---------------------------------------------------------------------------------
-def committed_parts(run_dir: Path) -> list[str]:
-    return sorted(str(p.relative_to(run_dir)) for d in ("steps", "episodes") for p in (run_dir / d).glob("*.parquet"))
-
-
 def snapshot(run: RunFolder, phase: str, fuzzer, st: LoopState, keep: int = 2) -> None:
     run.snapshots.mkdir(exist_ok=True)
     blob = pickle.dumps({"fuzzer": fuzzer.state_dict(), "state": dataclasses.asdict(st),
@@ -215,7 +255,18 @@ def restore(run: RunFolder, phase: str, fuzzer, state_class, committed: list[str
         return state_class()
     fuzzer.load_state_dict(snap["fuzzer"])
     state = snap["state"]
-    return state_class(**state) if isinstance(state, dict) else state
+    return _loop_state(state_class, state, run)
+
+
+def _loop_state(state_class, state, run: RunFolder):
+    """The loop state a snapshot holds (a dict of its fields)."""
+    if not isinstance(state, dict):
+        return state
+    try:
+        return state_class(**state)
+    except TypeError as exc:  # fields of another deltarl version (e.g. units in flight without a field)
+        raise StoreError(f"the newest snapshot in {run.snapshots} cannot be read ({type(exc).__name__}: "
+                         f"{str(exc)[:160]}); it was written by another deltarl version or is damaged") from exc
 
 
 def committed_anywhere(run: RunFolder) -> set:
@@ -235,22 +286,7 @@ def committed_by(run: RunFolder, phase: str) -> list[str]:
     return snap["committed"] if snap is not None else []
 
 
-def drop_uncommitted(run_dir: Path, keep: set) -> None:
-    for d in ("steps", "episodes"):  # part files of a generation that never got its snapshot
-        for p in (run_dir / d).glob("*.parquet"):
-            if str(p.relative_to(run_dir)) not in keep:
-                p.unlink()
-
-
 # -- the loop ----------------------------------------------------------------------------------
-def plan_executor(phase: Phase, st: LoopState) -> tuple[int, str]:
-    """The phase's rollout actors and why (``workers: auto``: by the work left in its budget)."""
-    b = phase.spec.budget
-    episodes = None if b.episodes is None else phase.episodes_run(max(0, b.episodes - st.done))
-    seconds = None if b.seconds is None else max(0.0, b.seconds - st.elapsed)
-    return resolve_workers(phase.campaign.workers, episodes=episodes, seconds=seconds)
-
-
 def inference_mode(spec, scenario) -> tuple[str, str]:
     """The phase's inference ("batched" or "alone") and why. ``alone``: every observation of the
     phase is acted on as if alone, so its episodes are the agents as deployed and candidates need
@@ -276,104 +312,18 @@ def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bo
     """Run ``phase`` from ``st`` until its budget is spent; write its summary and return it.
     ``executor``: one the caller owns (left open; benchmarks reuse one across runs).
     ``replay`` (async only, :func:`applied_order`): apply the units in that recorded order."""
-    campaign, spec, fuzzer = phase.campaign, phase.spec, phase.fuzzer
-    fuzzer.start_phase(st.phase)
-    mlrun = phase.mlflow_run(resume)
-    llm_pool = None
-    own = executor is None
-    inference, inference_why = inference_mode(spec, phase.scenario)
-    try:
-        if own:
-            workers, why = plan_executor(phase, st)
-        else:
-            workers, why = executor.workers, executor.reason or "the caller's executor"
-            if executor.alone != (inference == "alone"):
-                raise ValueError(f"the phase asks for inference: {spec.inference}, the executor given runs "
-                                 f"{'alone' if executor.alone else 'batched'}")
-        llm_pool = attach_llm(fuzzer, campaign, phase.run.root, use_ray=workers > 0)  # LLM-guided fuzzers only
-        if own:
-            executor = Executor(phase.scenario, phase.uris, workers=workers, batch_size=campaign.batch_size,
-                                scenario_overrides=campaign.scenario_overrides, policies=phase.policies, reason=why,
-                                name=f"{campaign.name}/{phase.name}", alone=inference == "alone")
-    except BaseException:
-        if llm_pool is not None:
-            llm_pool.close()
-        if mlrun:
-            mlrun.end("FAILED")
-        raise
-    phase.policy_hashes = executor.policy_hashes
-    phase.executor_info = executor.describe()
-    phase.executor_info["inference_reason"] = inference_why
-    mode = execution_mode(spec)
+    mode = execution_mode(phase.spec)
     if replay is not None and mode != "async":
         raise ValueError("replay: only an async phase has an applied order to follow")
-    if mode == "async":
-        if not st.window:
-            st.window = int(replay["window"]) if replay is not None else executor.window
-            st.unit_size = int(replay["unit_size"]) if replay is not None else executor.unit_size(spec.generation_size)
-        phase.executor_info.update(execution="async", window=st.window, unit_size=st.unit_size)
-    local_fuzzer, remote = fuzzer, None
-    if mode == "async":
-        place, why_place = corpus_place(spec, executor)
-        phase.executor_info.update(corpus=place, corpus_reason=why_place)
-        if place == "actor":  # the phase's fuzzer is the corpus actor's from here to the summary
-            remote = phase.fuzzer = RemoteFuzzer(fuzzer, name=f"{campaign.name}/{phase.name}/corpus")
-    ray_metrics = CampaignMetrics(campaign.name, phase.name)
-    budget_n, budget_s = spec.budget.episodes, spec.budget.seconds
-    desc = f"{'' if phase.name == 'safety' else phase.name + ' '}{spec.fuzzer} {phase.scenario.name}"
-    bar = tqdm(total=budget_n or budget_s, initial=st.done if budget_n else st.elapsed,
-               unit=phase.unit if budget_n else "s", desc=desc, disable=not progress)
-    t_start = time.perf_counter() - st.elapsed
-
-    unreported = [0]  # async: episodes applied since the last report
-
-    def after(row: dict, n: int, save: bool = True) -> None:
-        """What follows each applied generation (async: each unit; ``save``: commit, snapshot and
-        the reports to MLflow and Ray, which an async phase makes at its snapshots only)."""
-        unreported[0] += n
-        row_n = n
-        if not save:
-            bar.update(n if budget_n else st.elapsed - bar.n)
-            return
-        n, unreported[0] = unreported[0], 0
-        if mode == "async":
-            phase.store.flush()  # the units applied since the last snapshot, as one part
-            write_applied_order(phase, st)
-        phase.commit(st)
-        snapshot(phase.run, phase.name, phase.fuzzer, st)
-        if mlrun:
-            mlrun.log_metrics(mlflow_metrics({k: v for k, v in row.items() if k not in ("generation", "phase")}),
-                              step=st.done)
-        done = f"{st.done}/{budget_n} {phase.count_name}" if budget_n else f"{st.elapsed:.0f}/{budget_s:g} s"
-        ray_metrics.update(episodes=phase.episodes_run(n), progress=done, **phase.gauges(row))
-        bar.update(row_n if budget_n else st.elapsed - bar.n)
-        bar.set_postfix(**phase.postfix(row), phase=st.phase)
-
+    phase.fuzzer.start_phase(st.phase)
+    mlrun = phase.mlflow_run(resume)
     try:
-        if mode == "async":
-            phase.store.hold()
-            run_async(phase, st, executor, t_start, after, replay)
-        else:
-            while (n := next_generation_size(spec, st.done, st, fuzzer)) is not None:
-                after(_one_generation(phase, st, n, executor, t_start), n)
-        if remote is not None:
-            phase.executor_info.update(corpus_restores=remote.restores, corpus_seconds=round(remote.corpus_seconds, 3))
-        summary = _with_llm_figures(phase, phase.summarize(st))
-        if remote is not None:  # the driver's fuzzer takes the actor's final state (a later phase reads it)
-            local_fuzzer.load_state_dict(remote.state_dict())
+        with PhaseRun(phase, st, executor, mode=mode, replay=replay) as run:
+            summary = run.loop(mlrun, progress=progress)
     except BaseException:
         if mlrun:
             mlrun.end("FAILED")
         raise
-    finally:
-        bar.close()
-        if remote is not None:
-            remote.close()
-            phase.fuzzer = local_fuzzer
-        if own:
-            executor.close()
-        if llm_pool is not None:
-            llm_pool.close()
     if mlrun:
         mlrun.log_metrics(mlflow_metrics({k: v for k, v in summary.items() if isinstance(v, (int, float))}), step=st.done)
         mlrun.log_artifact(phase.run.summary_json(phase.name))
@@ -381,38 +331,164 @@ def run_phase(phase: Phase, st: LoopState, *, resume: bool = False, progress: bo
     return summary
 
 
-def _with_llm_figures(phase: Phase, summary: dict) -> dict:
-    """An LLM-guided fuzzer's summary says how many LLM calls gave a usable scenario: a method
-    whose every call fell back to random mutation must not look like a working one."""
-    if not phase.fuzzer.needs_llm:
+class PhaseRun:
+    """One run of a phase's loop and what it holds while it runs: the phase's services, the
+    executor (unless the caller owns one) and, for ``corpus: actor``, the corpus actor. A
+    context manager: entering opens them in that order, leaving closes them in reverse."""
+
+    def __init__(self, phase: Phase, st: LoopState, executor: Executor | None, *, mode: str, replay: dict | None):
+        self.phase, self.st, self.mode, self.replay = phase, st, mode, replay
+        self.executor, self.own = executor, executor is None
+        self.local_fuzzer, self.remote = phase.fuzzer, None
+
+    def __enter__(self) -> "PhaseRun":
+        try:
+            self._open()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _open(self) -> None:
+        phase = self.phase
+        inference, inference_why = inference_mode(phase.spec, phase.scenario)
+        workers, why = self._workers(inference)
+        for service in phase.services:  # e.g. an LLM-guided fuzzer's LLM pool (on Ray when the rollouts are)
+            service.start(workers)
+        if self.own:
+            c = phase.campaign
+            self.executor = Executor(phase.scenario, phase.uris, workers=workers, batch_size=c.batch_size,
+                                     scenario_overrides=c.scenario_overrides, policies=phase.policies, reason=why,
+                                     name=f"{c.name}/{phase.name}", alone=inference == "alone")
+        phase.policy_hashes = self.executor.policy_hashes
+        phase.executor_info = self.executor.describe()
+        phase.executor_info["inference_reason"] = inference_why
+        if self.mode == "async":
+            self._open_async()
+
+    def _workers(self, inference: str) -> tuple[int, str]:
+        """The phase's rollout actors and why: by ``workers`` (``auto``: the work left in the
+        budget, :func:`~orchestrator.cluster.executor.phase_workers`), or the caller's executor's."""
+        phase, ex = self.phase, self.executor
+        if self.own:
+            return phase_workers(phase.campaign.workers, phase.spec.budget, done=self.st.done,
+                                 elapsed=self.st.elapsed, episodes_per_case=phase.episodes_run(1))
+        if ex.alone != (inference == "alone"):
+            raise ValueError(f"the phase asks for inference: {phase.spec.inference}, the executor given runs "
+                             f"{'alone' if ex.alone else 'batched'}")
+        return ex.workers, ex.reason or "the caller's executor"
+
+    def _open_async(self) -> None:
+        """The window and unit size (fixed at the phase's start, or the replayed run's) and where
+        the corpus lives (``corpus: actor``: the phase's fuzzer is the actor's until the summary)."""
+        phase, st, ex, replay = self.phase, self.st, self.executor, self.replay
+        if not st.window:
+            st.window = int(replay["window"]) if replay is not None else ex.window
+            st.unit_size = int(replay["unit_size"]) if replay is not None else ex.unit_size(phase.spec.generation_size)
+        phase.executor_info.update(execution="async", window=st.window, unit_size=st.unit_size)
+        place, why_place = corpus_place(phase.spec, ex)
+        phase.executor_info.update(corpus=place, corpus_reason=why_place)
+        if place == "actor":
+            self.remote = phase.fuzzer = RemoteFuzzer(self.local_fuzzer, name=f"{phase.campaign.name}/{phase.name}/corpus")
+
+    def close(self) -> None:
+        if self.remote is not None:
+            self.remote.close()
+            self.phase.fuzzer = self.local_fuzzer
+        if self.own and self.executor is not None:
+            self.executor.close()
+        for service in self.phase.services:
+            service.close()
+
+    def loop(self, mlrun, *, progress: bool) -> dict:
+        """Apply generations (units) until the budget is spent; the phase's summary."""
+        phase, st, executor = self.phase, self.st, self.executor
+        reporter = Reporter(phase, st, mlrun, progress=progress, held=self.mode == "async")
+        t_start = time.perf_counter() - st.elapsed
+        try:
+            if self.mode == "async":
+                phase.store.hold()
+                run_async(phase, st, executor, t_start, reporter.after, self.replay)
+            else:
+                while (n := next_generation_size(phase.spec, st.done, st, phase.fuzzer)) is not None:
+                    reporter.after(_one_generation(phase, st, n, executor, t_start), n)
+            return self._summary()
+        finally:
+            reporter.close()
+
+    def _summary(self) -> dict:
+        """The phase's summary with its services' figures (rewritten when they add any); the
+        corpus actor's final state goes back to the driver's fuzzer (a later phase reads it)."""
+        phase, remote = self.phase, self.remote
+        if remote is not None:
+            phase.executor_info.update(corpus_restores=remote.restores, corpus_seconds=round(remote.corpus_seconds, 3))
+        summary = phase.summarize(self.st)
+        figures = {}
+        for service in phase.services:
+            figures.update(service.summary_figures())
+        if figures:
+            summary = {**summary, **figures}
+            phase.run.write_json(phase.run.summary_json(phase.name), summary)
+        if remote is not None:
+            self.local_fuzzer.load_state_dict(remote.state_dict())
         return summary
-    s = phase.fuzzer.stats()
-    calls, usable = int(s.get("llm_calls", 0)), int(s.get("llm_usable", 0))
-    answered = int(s.get("llm_ok", 0))  # calls that came back with a reply (the others failed after retries)
-    invalid = int(s.get("llm_unparseable", 0)) + int(s.get("llm_invalid", 0))
-    summary = {**summary, "llm_calls": calls, "llm_usable": usable, "llm_fallbacks": int(s.get("llm_fallbacks", 0)),
-               "llm_failed": int(s.get("llm_failed", 0)), "llm_unparseable": int(s.get("llm_unparseable", 0)),
-               "llm_invalid": int(s.get("llm_invalid", 0)), "llm_replies": answered, "llm_invalid_replies": invalid,
-               # share of the replies without a usable state (unparseable or outside the scenario's bounds)
-               "llm_invalid_share": invalid / answered if answered else float("nan"),
-               "llm_unchanged": int(s.get("llm_unchanged", 0)),
-               # which operator made the failing fuzzing tests (tests: llm_usable, random_mutations,
-               # llm_fallbacks): does the LLM's scenario fail more often than a random mutation?
-               "llm_scenario_failures": int(s.get("llm_scenario_failures", 0)),
-               "random_mutations": int(s.get("random_mutations", 0)),
-               "random_mutation_failures": int(s.get("random_mutation_failures", 0)),
-               "llm_fallback_failures": int(s.get("llm_fallback_failures", 0)),
-               "llm_prompt_tokens": int(s.get("llm_prompt_tokens", 0)),
-               "llm_completion_tokens": int(s.get("llm_completion_tokens", 0)),
-               "llm_no_usable_scenario": calls > 0 and usable == 0}
-    phase.run.write_json(phase.run.summary_json(phase.name), summary)
-    return summary
+
+
+class Reporter:
+    """What follows each applied generation (async: each unit): the progress bar, and with
+    ``save`` the phase's commit, a snapshot and the reports to MLflow and Ray. An async phase
+    (``held``: its store holds the rows between snapshots) saves at its snapshots only, so the
+    episodes applied since the last one are reported together."""
+
+    def __init__(self, phase: Phase, st: LoopState, mlrun, *, progress: bool, held: bool):
+        self.phase, self.st, self.mlrun, self.held = phase, st, mlrun, held
+        spec = phase.spec
+        self.budget_n, self.budget_s = spec.budget.episodes, spec.budget.seconds
+        self.ray_metrics = CampaignMetrics(phase.campaign.name, phase.name)
+        desc = f"{phase.name} {spec.fuzzer} {phase.scenario.name}"
+        # a bar on a terminal; in a log a line per tenth of the budget or 30 s (runs/progress_lines.py)
+        self.bar = progress_bar(self.budget_n or self.budget_s, initial=st.done if self.budget_n else st.elapsed,
+                                unit=phase.unit if self.budget_n else "s", desc=desc, enabled=progress)
+        self.unreported = 0  # episodes (test cases) applied since the last report
+
+    def after(self, row: dict, n: int, save: bool = True) -> None:
+        self.unreported += n
+        if save:
+            self._save()
+            self._report(row, self.unreported)
+            self.unreported = 0
+        if save:  # before the update: a line written by it shows the latest counts
+            self.bar.set_postfix(**self.phase.postfix(row), phase=self.st.phase)
+        self.bar.update(n if self.budget_n else self.st.elapsed - self.bar.n)
+
+    def _save(self) -> None:
+        phase, st = self.phase, self.st
+        if self.held:
+            phase.store.flush()  # the units applied since the last snapshot, as one part
+            write_applied_order(phase, st)
+        phase.commit(st)
+        snapshot(phase.run, phase.name, phase.fuzzer, st)
+
+    def _report(self, row: dict, n: int) -> None:
+        phase, st = self.phase, self.st
+        if self.mlrun:
+            self.mlrun.log_metrics(mlflow_metrics({k: v for k, v in row.items() if k not in ("generation", "phase")}),
+                                   step=st.done)
+        done = (f"{st.done}/{self.budget_n} {phase.count_name}" if self.budget_n
+                else f"{st.elapsed:.0f}/{self.budget_s:g} s")
+        self.ray_metrics.update(episodes=phase.episodes_run(n), progress=done, **phase.gauges(row))
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _one_generation(phase: Phase, st: LoopState, n: int, executor: Executor, t_start: float) -> dict:
     unit = propose_unit(phase, st, n)
     t_roll = time.perf_counter()
-    result = executor.run(unit["states"], seed=unit["gen_seed"], repeats=phase.repeats)
+    result = executor.run(unit.states, seed=unit.gen_seed, repeats=phase.repeats)
     st.rollout_seconds += time.perf_counter() - t_roll
     row = apply_unit(phase, st, unit, result, t_start)
     st.generation += 1

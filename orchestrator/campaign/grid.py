@@ -43,7 +43,7 @@ from tqdm import tqdm
 
 from orchestrator.analysis.markdown import markdown_table  # also imported from here by the CLI
 from orchestrator.campaign.config import CampaignError, campaign_from_dict
-from orchestrator.cluster.driver import release_progress  # also imported by cluster.tasks: no start-up cost
+from orchestrator.cluster.progress import release_progress  # no start-up cost: Ray is imported when used
 from orchestrator.cluster.tasks import run_tasks
 from orchestrator.runs import tracking
 from orchestrator.runs.layout import RunFolder
@@ -66,13 +66,17 @@ def _set(d: dict, dotted: str, value) -> None:
     d[keys[-1]] = copy.deepcopy(value)
 
 
+GRID_KEYS = ("name", "output", "base", "axes", "resources", "profiles")
+
+
 def load_grid(path: str | os.PathLike, profile: str | None = None) -> dict:
+    """The grid file at ``path`` with ``profile`` applied (without one: the first profile, if
+    the file has any), checked; :class:`GridError` names what is wrong."""
     p = Path(path)
     g = load_yaml(p, "grid file", GridError, fix="examples are in experiments/grids/ and experiments/delta/")
-    allowed = ("name", "output", "base", "axes", "resources", "profiles")
-    unknown = set(g) - set(allowed)
+    unknown = set(g) - set(GRID_KEYS)
     if unknown:
-        raise GridError(f"grid file {p}: unknown key {sorted(unknown)[0]}; allowed: {', '.join(allowed)}")
+        raise GridError(f"grid file {p}: unknown key {sorted(unknown)[0]}; allowed: {', '.join(GRID_KEYS)}")
     profiles = g.pop("profiles", None) or {}
     for key in ("base", "axes", "output"):
         if key not in g:
@@ -80,24 +84,7 @@ def load_grid(path: str | os.PathLike, profile: str | None = None) -> dict:
     if isinstance(g["base"], str):
         g["base"] = load_yaml(Path(g["base"]), "grid base campaign", GridError)
     if profiles:
-        if not isinstance(profiles, dict) or not all(isinstance(v, dict) for v in profiles.values()):
-            raise GridError(f"grid file {p}: profiles must map names to mappings of settings")
-        if profile is None:
-            profile = next(iter(profiles))
-        if profile not in profiles:
-            raise GridError(f"grid file {p}: unknown profile {profile!r}; profiles: {', '.join(profiles)}")
-        prof = profiles[profile]
-        bad = set(prof) - {"set", "axes", "resources"}
-        if bad:
-            raise GridError(f"grid file {p}: profile {profile}: unknown key {sorted(bad)[0]}; allowed: set, axes, resources")
-        g.setdefault("base", {})
-        for dotted, value in (prof.get("set") or {}).items():
-            _set(g["base"], dotted, value)
-        g.setdefault("axes", {}).update(prof.get("axes") or {})
-        if "resources" in prof:
-            g["resources"] = prof["resources"]
-        g["output"] = str(Path(g.get("output", "runs/grids")) / profile)
-        g["profile"] = profile
+        _apply_profile(g, profiles, profile, p)
     elif profile is not None:
         raise GridError(f"grid file {p} has no profiles (asked for {profile!r})")
     if not isinstance(g["axes"], dict) or not g["axes"] or not all(isinstance(v, list) and v for v in g["axes"].values()):
@@ -105,6 +92,29 @@ def load_grid(path: str | os.PathLike, profile: str | None = None) -> dict:
     g.setdefault("name", p.stem)
     g.setdefault("resources", {"num_cpus": 1})
     return g
+
+
+def _apply_profile(g: dict, profiles, profile: str | None, p: Path) -> None:
+    """Profile ``profile`` (None: the first) into grid ``g``: its ``set`` into ``base``, its
+    ``axes`` over the grid's, its ``resources``, its output in ``OUTPUT/<profile>/``."""
+    if not isinstance(profiles, dict) or not all(isinstance(v, dict) for v in profiles.values()):
+        raise GridError(f"grid file {p}: profiles must map names to mappings of settings")
+    if profile is None:
+        profile = next(iter(profiles))
+    if profile not in profiles:
+        raise GridError(f"grid file {p}: unknown profile {profile!r}; profiles: {', '.join(profiles)}")
+    prof = profiles[profile]
+    bad = set(prof) - {"set", "axes", "resources"}
+    if bad:
+        raise GridError(f"grid file {p}: profile {profile}: unknown key {sorted(bad)[0]}; allowed: set, axes, resources")
+    g.setdefault("base", {})
+    for dotted, value in (prof.get("set") or {}).items():
+        _set(g["base"], dotted, value)
+    g.setdefault("axes", {}).update(prof.get("axes") or {})
+    if "resources" in prof:
+        g["resources"] = prof["resources"]
+    g["output"] = str(Path(g.get("output", "runs/grids")) / profile)
+    g["profile"] = profile
 
 
 def expand(grid: dict) -> list[tuple[dict, object]]:

@@ -33,21 +33,24 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from orchestrator.analysis.evaluation import shared_policy
 from orchestrator.campaign.confirm import Confirmer
 from orchestrator.campaign.generations import (
     LoopState,
     Phase,
+    Verdict,
+    WorkUnit,
     committed_by,
     inference_alone,
     restore,
     run_phase,
 )
+from orchestrator.campaign.llm_service import phase_services
 from orchestrator.fuzzers import Feedback, make_fuzzer
 from orchestrator.fuzzers.oracles import bug_distance, bug_distance_normalized, make_oracle
 from orchestrator.runs.files import new_run_id
 from orchestrator.runs.layout import RunFolder
 from orchestrator.runs.store import RunStore, StoreError
+from workers.policies import shared_policy
 
 PHASE = "optimality"
 BUG_COLUMNS = ("bug_id", "generation", "state_index", "gen_seed", "aut_return", "ca_return", "p_value",
@@ -66,10 +69,6 @@ class OptimalityState(LoopState):
     @property
     def cases(self) -> int:
         return self.done
-
-
-def resolve_challenger(campaign) -> str:
-    return RunFolder(campaign.output).challenger_uri(campaign)
 
 
 def metrics(scenario, bug_states: np.ndarray, distance: bool = True) -> dict:
@@ -95,6 +94,28 @@ def _returns_matrix(result, n: int, repeats: int):
     return out["aut"], out["challenger"]
 
 
+@dataclass(frozen=True, eq=False)
+class DifferentialVerdict(Verdict):
+    """One unit's differential verdicts: the oracle on the batched returns gives candidates, each
+    confirmed (or not) with both agents acting alone; ``feedback`` flags the confirmed bugs."""
+
+    r_aut: np.ndarray  # (n, repeats) batched returns of the AUT, by state and repeat
+    r_ca: np.ndarray  # (n, repeats) the challenger's
+    candidates: np.ndarray  # state indices the oracle flagged on the batched returns
+    candidate_p: np.ndarray  # (n,) the oracle's p-value per state (batched)
+    confirmed: np.ndarray  # (len(candidates),) bool: a bug with both agents acting alone
+    p_alone: np.ndarray  # (len(candidates),) the oracle's p-value on the returns acting alone
+    aut_alone: np.ndarray  # (len(candidates), repeats) the AUT's returns acting alone
+    ca_alone: np.ndarray  # (len(candidates), repeats) the challenger's
+    confirm_seconds: float  # spent confirming
+
+    def bugs(self, n: int) -> np.ndarray:
+        """(n,) bool: the confirmed bugs by state index."""
+        bug = np.zeros(n, bool)
+        bug[self.candidates[self.confirmed]] = True
+        return bug
+
+
 class OptimalityPhase(Phase):
     name = PHASE
     unit = "case"
@@ -105,9 +126,8 @@ class OptimalityPhase(Phase):
         super().__init__(*args, **kw)
         self.oracle, self.ca_uri = oracle, ca_uri
         self.repeats = oracle.repeats
-        self._verdict = None
 
-    def judge(self, states, result, gen_seed: int):
+    def judge(self, states, result, gen_seed: int) -> DifferentialVerdict:
         """The oracle on the batched returns gives candidates; each is confirmed with both agents
         acting alone (:mod:`orchestrator.campaign.confirm`) and only confirmed bugs count."""
         n = len(states)
@@ -116,37 +136,38 @@ class OptimalityPhase(Phase):
         cand = np.flatnonzero(cand_bug)
         confirmer = Confirmer(self.scenario, self.policies, acted_alone=inference_alone(self.spec, self.scenario))
         ok, p_alone, a_alone, c_alone = confirmer.bugs(states, cand, gen_seed, self.repeats, self.oracle, r_aut, r_ca)
-        self._confirm_seconds = confirmer.seconds
         bug = np.zeros(n, bool)
         bug[cand[ok]] = True
-        self._verdict = (r_aut, r_ca, cand, cand_p, ok, p_alone, a_alone, c_alone)
-        return Feedback.from_differential(result, n, bug=bug)
+        return DifferentialVerdict(feedback=Feedback.from_differential(result, n, bug=bug), r_aut=r_aut, r_ca=r_ca,
+                                   candidates=cand, candidate_p=cand_p, confirmed=ok, p_alone=p_alone,
+                                   aut_alone=a_alone, ca_alone=c_alone, confirm_seconds=confirmer.seconds)
 
-    def record(self, st: OptimalityState, states, result, gen_seed: int) -> dict:
-        r_aut, r_ca, cand, cand_p, ok, p_alone, a_alone, c_alone = self._verdict
-        st.confirm_seconds += self._confirm_seconds
+    def record(self, st: OptimalityState, unit: WorkUnit, result, verdict: DifferentialVerdict) -> dict:
+        """Both agents' episodes to the store (confirmed bugs flagged); each candidate a bug row or
+        a flaky one."""
+        v, states = verdict, unit.states
+        st.confirm_seconds += v.confirm_seconds
         hashes = self.policy_hashes
-        bug = np.zeros(len(states), bool)
-        bug[cand[ok]] = True
-        ep_bug = bug[result.state_index - result.state_index.min()]  # the store flags confirmed bugs only
+        ep_bug = v.bugs(len(states))[result.state_index - result.state_index.min()]  # the store flags confirmed bugs only
         ids = self.store.write(result, phase=PHASE, fuzzer=self.spec.fuzzer, iteration=st.generation,
                                wall_time=st.elapsed, policy_sha256=hashes, bug=ep_bug)
         first = {(str(result.role[e]), int(result.state_index[e])): int(ids[e])
                  for e in np.flatnonzero(result.repeat == 0)}
-        for k, i in enumerate(cand):
-            row = {"generation": st.generation, "state_index": int(i), "gen_seed": gen_seed, "state": states[i].tolist(),
-                   "aut_return": float(a_alone[k].mean()), "ca_return": float(c_alone[k].mean()),
-                   "p_value": float(p_alone[k]), "batched_aut_return": float(r_aut[i].mean()),
-                   "batched_ca_return": float(r_ca[i].mean()), "wall_time": st.elapsed}
-            if ok[k]:
+        for k, i in enumerate(v.candidates):
+            row = {"generation": st.generation, "state_index": int(i), "gen_seed": unit.gen_seed,
+                   "state": states[i].tolist(), "aut_return": float(v.aut_alone[k].mean()),
+                   "ca_return": float(v.ca_alone[k].mean()), "p_value": float(v.p_alone[k]),
+                   "batched_aut_return": float(v.r_aut[i].mean()), "batched_ca_return": float(v.r_ca[i].mean()),
+                   "wall_time": st.elapsed}
+            if v.confirmed[k]:
                 st.bugs.append({**row, "bug_id": len(st.bugs), "aut_episode_id": first[("aut", int(i))],
                                 "ca_episode_id": first[("challenger", int(i))], "aut_sha256": hashes.get("aut", ""),
                                 "ca_sha256": hashes.get("challenger", "")})
             else:
-                st.flaky.append({**row, "batched_p_value": float(cand_p[i])})
+                st.flaky.append({**row, "batched_p_value": float(v.candidate_p[i])})
         m = metrics(self.scenario, self._bug_states(st), distance=False)  # distance waits for the summary
         return {"bugs": m["bugs"], "distinct_bugs": m["distinct_bugs"], "flaky": len(st.flaky),
-                "mean_aut_return": float(r_aut.mean()), "mean_ca_return": float(r_ca.mean())}
+                "mean_aut_return": float(v.r_aut.mean()), "mean_ca_return": float(v.r_ca.mean())}
 
     def _bug_states(self, st: OptimalityState) -> np.ndarray:
         return np.array([b["state"] for b in st.bugs]).reshape(-1, self.scenario.state_dim)
@@ -165,7 +186,7 @@ class OptimalityPhase(Phase):
         return {"bugs": row["bugs"], "distinct": row["distinct_bugs"]}
 
     def mlflow_params(self) -> dict:
-        return {"challenger": self.ca_uri}
+        return {"challenger": self.run.stored(self.ca_uri)}
 
     def mlflow_tags(self) -> dict:
         return {"oracle": self.oracle.kind}
@@ -174,7 +195,7 @@ class OptimalityPhase(Phase):
         m = metrics(self.scenario, self._bug_states(st))
         spec, c, oracle = self.spec, self.campaign, self.oracle
         summary = {
-            "campaign": c.name, "scenario": self.scenario.name, "aut": c.aut, "challenger": self.ca_uri,
+            "campaign": c.name, "scenario": self.scenario.name, "aut": c.aut, "challenger": self.run.stored(self.ca_uri),
             "fuzzer": spec.fuzzer, "params": spec.params, "oracle": oracle.kind, "repeats": oracle.repeats,
             "delta": spec.delta, "alpha": getattr(oracle, "alpha", None), "seed": c.seed,
             "cases": st.done, "sampling_cases": st.sampling_done, "generations": st.generation,
@@ -220,7 +241,7 @@ def run_optimality(campaign, *, resume: bool = False, progress: bool = True, sce
             raise StoreError(f"{run.root} already holds an optimality phase; resume it with --resume")
         st = OptimalityState()
     phase = OptimalityPhase(campaign, spec, scenario, run, store, fuzzer, {"aut": campaign.aut, "challenger": ca_uri},
-                            policies, oracle=oracle, ca_uri=ca_uri)
+                            policies, oracle=oracle, ca_uri=ca_uri, services=phase_services(fuzzer, campaign, run.root))
     return run_phase(phase, st, resume=resume, progress=progress, replay=replay)
 
 

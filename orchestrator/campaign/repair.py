@@ -104,8 +104,8 @@ class RepairInputs:
         self.d_run_dir, self.d_phases = self._dataset_source()
 
     def _challenger(self) -> str:
-        uri = self.summary.get("challenger") or (self.campaign.optimality.challenger
-                                                 if self.campaign.optimality else None)
+        uri = self.run.resolve(self.summary.get("challenger") or (self.campaign.optimality.challenger
+                                                                   if self.campaign.optimality else None))
         if not uri and self.campaign.challenger is not None:
             uri = str(self.run.challenger_dir(self.campaign.challenger.algos[0]) / MODEL)
         fix = (f"train one (deltarl train-challenger --data {self.run_dir} --algo bcq) and run the optimality "

@@ -26,12 +26,36 @@ from workers.rollout import episode_seeds
 
 
 def _row(table, key: str, ident: int, path: Path, what: str):
+    _check_folder(path.parent)
     if table is None:
         raise StoreError(f"{path.parent} holds no {path.name}: {what}")
     row = table[table[key] == int(ident)]
     if row.empty:
         raise StoreError(f"no {key.split('_')[0]} {ident} in {path} ({key}s 0..{len(table) - 1})")
     return row.iloc[0]
+
+
+def _bug_row(run: RunFolder, bug_id: int):
+    """Bug ``bug_id``'s row of bugs.parquet. Without the file, the message says why: the
+    optimality phase found no bug (its summary is read only then), or it never ran."""
+    bugs = run.bugs()
+    why = "run an optimality phase first"
+    done = run.summary("optimality") if bugs is None and run.root.is_dir() else None
+    if done:
+        why = (f"its optimality phase found no bug in {done.get('cases', '?')} test cases (nothing to replay; "
+               f"a larger optimality budget or another challenger may find some)")
+    return _row(bugs, "bug_id", bug_id, run.bugs_parquet, why)
+
+
+def _check_folder(root: Path) -> None:
+    """A clear message for a path that is no run folder (before "holds no bugs.parquet")."""
+    run = RunFolder(root)
+    if not root.exists():
+        raise StoreError(f"{root} does not exist (from {Path.cwd()}): give the run folder a campaign wrote "
+                         f"(`make run` and `deltarl run` print it)")
+    if not root.is_dir() or not run.has_campaign():
+        raise StoreError(f"{root} is not a campaign run folder (no campaign.json): give the folder of a "
+                         f"`deltarl run`")
 
 
 def _policy(uri: str, scenario, recorded: str, role: str):
@@ -47,12 +71,12 @@ def _policy(uri: str, scenario, recorded: str, role: str):
 def replay_bug(run_dir: str | Path, bug_id: int) -> dict:
     """Re-run bug ``bug_id`` of the run in ``run_dir`` with both agents acting alone."""
     run = RunFolder(run_dir)
-    row = _row(run.bugs(), "bug_id", bug_id, run.bugs_parquet, "run an optimality phase first")
+    row = _bug_row(run, bug_id)
     campaign = campaign_of_run(run.root)
     summary = run.summary("optimality") or {}
     scenario = campaign.build_scenario()
     pols = {"aut": _policy(campaign.aut, scenario, row["aut_sha256"], "aut"),
-            "challenger": _policy(summary.get("challenger") or run.challenger_uri(campaign), scenario,
+            "challenger": _policy(run.resolve(summary.get("challenger")) or run.challenger_uri(campaign), scenario,
                                   row["ca_sha256"], "challenger")}
     repeats = int(summary.get("repeats") or 1)
     state = np.asarray(row["initial_state"], dtype=np.float64)[None]
@@ -103,6 +127,7 @@ def bug_video(run_dir: str | Path, bug_id: int, out: str | Path | None = None, *
     and returns its path, both episodes' returns and lengths, and the recorded returns (with
     ``repeats`` > 1 those are means over the repeats; the video shows repeat 0)."""
     run = RunFolder(run_dir)
+    _check_folder(run.root)
     campaign = campaign_of_run(run.root)
     scenario = campaign.build_scenario()
     repeats = 1
@@ -110,11 +135,11 @@ def bug_video(run_dir: str | Path, bug_id: int, out: str | Path | None = None, *
         row = _row(run.failures(), "failure_id", bug_id, run.failures_parquet, "its safety phase found no failure")
         roles = {"AUT": _policy(campaign.aut, scenario, row["aut_sha256"], "aut")}
     else:
-        row = _row(run.bugs(), "bug_id", bug_id, run.bugs_parquet, "run an optimality phase first")
+        row = _bug_row(run, bug_id)
         summary = run.summary("optimality") or {}
         repeats = int(summary.get("repeats") or 1)
         roles = {"AUT": _policy(campaign.aut, scenario, row["aut_sha256"], "aut"),
-                 "challenger": _policy(summary.get("challenger") or run.challenger_uri(campaign), scenario,
+                 "challenger": _policy(run.resolve(summary.get("challenger")) or run.challenger_uri(campaign), scenario,
                                        row["ca_sha256"], "challenger")}
     kind = "failure" if failure else "bug"
     state = np.asarray(row["initial_state"], dtype=np.float64)

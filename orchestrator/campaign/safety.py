@@ -19,13 +19,14 @@ import pandas as pd
 import pyarrow as pa
 
 from orchestrator.analysis.diversity import failure_diversity
-from orchestrator.analysis.evaluation import shared_policy
 from orchestrator.campaign.confirm import Confirmer
-from orchestrator.campaign.generations import LoopState, Phase, inference_alone, restore, run_phase
+from orchestrator.campaign.generations import LoopState, Phase, Verdict, WorkUnit, inference_alone, restore, run_phase
+from orchestrator.campaign.llm_service import phase_services
 from orchestrator.fuzzers import Feedback, make_fuzzer
 from orchestrator.runs.files import new_run_id
 from orchestrator.runs.layout import RunFolder
 from orchestrator.runs.store import RunStore, StoreError
+from workers.policies import shared_policy
 
 FAILURE_COLUMNS = ("failure_id", "generation", "state_index", "gen_seed", "aut_return", "batched_aut_return",
                    "length", "episode_id", "aut_sha256", "wall_time")
@@ -52,10 +53,13 @@ class SafetyPhase(Phase):
     count_name = "episodes"
     state_class = SafetyState
 
-    def judge(self, states, result, gen_seed: int):
-        return Feedback.from_result(result)
+    def judge(self, states, result, gen_seed: int) -> Verdict:
+        return Verdict(Feedback.from_result(result))
 
-    def record(self, st: SafetyState, states, result, gen_seed: int) -> dict:
+    def record(self, st: SafetyState, unit: WorkUnit, result, verdict: Verdict) -> dict:
+        """The unit's episodes to the store; its candidate failures confirmed with the AUT acting
+        alone (the others are flaky)."""
+        states, gen_seed = unit.states, unit.gen_seed
         ids = self.store.write(result, phase=st.phase, fuzzer=self.spec.fuzzer, iteration=st.generation,
                                wall_time=st.elapsed, policy_sha256=self.policy_hashes["aut"])
         cand = np.flatnonzero(result.failure)  # one episode per state, in state order
@@ -108,7 +112,7 @@ class SafetyPhase(Phase):
             "failure_states": failure_diversity(self.run.root, intervals=10,
                                                 bounds=self.scenario.diversity_bounds()),
         }
-        self.run.write_json(self.run.summary_json("safety"), summary)
+        self.run.write_json(self.run.summary_json("safety"), summary)  # strict JSON (write_json)
         self.run.write_table(self.run.timeline_parquet("safety"),
                              pa.Table.from_pandas(pd.DataFrame(st.timeline), preserve_index=False))
         return summary
@@ -133,6 +137,7 @@ def run_safety(campaign, *, resume: bool = False, progress: bool = True, scenari
     else:
         store = RunStore.create(run.root, scenario, run_id=new_run_id(campaign.name))
         run.write_campaign(campaign)
-    phase = SafetyPhase(campaign, spec, scenario, run, store, fuzzer, {"aut": campaign.aut}, {"aut": aut})
+    phase = SafetyPhase(campaign, spec, scenario, run, store, fuzzer, {"aut": campaign.aut}, {"aut": aut},
+                        services=phase_services(fuzzer, campaign, run.root))
     st = restore(run, "safety", fuzzer, SafetyState) if resume else SafetyState()
     return run_phase(phase, st, resume=resume, progress=progress, replay=replay, executor=executor)

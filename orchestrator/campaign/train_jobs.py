@@ -26,10 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from envs import get_scenario
+from orchestrator.campaign.cards import aut_card
 from orchestrator.campaign.config import set_values
+from orchestrator.cluster.progress import report_progress
 from orchestrator.runs import tracking
 from orchestrator.runs import tracking as tracking_mod
-from orchestrator.runs.cards import aut_card
 from orchestrator.runs.layout import CARD
 from orchestrator.runs.store import RunStore
 from workers.challenger import ChallengerConfig, train_challenger
@@ -60,14 +61,27 @@ def _mlflow_reporter(tracking):
 
 
 def _reporter(config: dict):
-    """Each epoch's report: to MLflow, and to Ray Train when the loop runs as a Ray Train job."""
+    """Each epoch's report: to MLflow, to the campaign's progress actor on the dashboard (a
+    challenger of a campaign: ``config["campaign"]``), and to Ray Train when the loop runs as a Ray
+    Train job."""
     to_mlflow = _mlflow_reporter(config.get("tracking"))
+    campaign, label, steps = config.get("campaign"), config.get("label", "training"), config.get("steps")
+
+    def to_dashboard(metrics: dict) -> None:
+        if campaign:  # nothing without Ray or without the campaign's progress actor
+            report_progress(campaign, "challenger", f"{label}: {metrics.get('step')}/{steps} steps")
+
     if not config.get("ray", True):
-        return to_mlflow
+        def local(metrics: dict, ckpt: Path) -> None:
+            to_mlflow(metrics, ckpt)
+            to_dashboard(metrics)
+
+        return local
     import ray.train
 
     def report(metrics: dict, ckpt: Path) -> None:
         to_mlflow(metrics, ckpt)
+        to_dashboard(metrics)
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(str(ckpt)))
 
     return report
@@ -114,7 +128,7 @@ def training_placement(use_gpu: bool | None = None) -> tuple[bool, str]:
         return True, "Ray Train: a GPU worker was asked for"
     if "ray" in sys.modules and sys.modules["ray"].is_initialized():
         return True, "Ray Train: Ray is running in this process"
-    from orchestrator.cluster.driver import running_cluster
+    from orchestrator.cluster.lifecycle import running_cluster
 
     found = running_cluster()
     if found:
@@ -127,7 +141,7 @@ def run_training(loop_fn, loop_config: dict, out_dir: Path, *, name: str, use_gp
     (:func:`run_train_job`) or in this process. Returns where it ran."""
     on_ray, why = training_placement(use_gpu)
     if on_ray:
-        from orchestrator.cluster.driver import start_ray
+        from orchestrator.cluster.lifecycle import start_ray
 
         start_ray()
         run_train_job(loop_fn, loop_config, out_dir, name=name, use_gpu=use_gpu)
@@ -189,14 +203,17 @@ def train_challenger_job(
     use_gpu: bool | None = None,
     tracking: dict | None = None,
     progress: bool = False,
+    campaign: str | None = None,
 ) -> dict:
     """:func:`train_challenger` on the AUT steps of ``phases`` of the run in ``run_dir``, placed
-    like AUT training (:func:`training_placement`)."""
+    like AUT training (:func:`training_placement`); ``campaign``: whose progress actor shows the
+    training's epochs on the dashboard."""
     cfg.validate()
     out = Path(out_dir).resolve()
     where = run_training(_challenger_loop_per_worker,
                          {"cfg": asdict(cfg), "run_dir": str(Path(run_dir).resolve()), "phases": list(phases),
-                          "out_dir": str(out), "resume": resume, "tracking": tracking, "progress": progress},
+                          "out_dir": str(out), "resume": resume, "tracking": tracking, "progress": progress,
+                          "campaign": campaign, "label": cfg.algo, "steps": cfg.steps},
                          out, name=f"challenger-{cfg.scenario}-{cfg.algo}", use_gpu=use_gpu)
     return {**json.loads((out / "training.json").read_text()), "placement": where}
 

@@ -6,9 +6,11 @@ the unit's result applied (judged, observed, recorded)."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
-from orchestrator.cluster.llm_pool import llm_metrics
-from orchestrator.fuzzers.base import Proposal
+import numpy as np
+
+from orchestrator.fuzzers.base import Feedback, Proposal
 
 # each phase draws its episode seeds from its own stream of the campaign seed
 SEED_STREAM = {"safety": 0, "optimality": 500_000}
@@ -43,34 +45,69 @@ def next_generation_size(spec, done: int, st, fuzzer, size: int | None = None, f
     return n if left is None else min(n, left)
 
 
-def propose_unit(phase, st, n: int) -> dict:
+@dataclass(frozen=True, eq=False)
+class WorkUnit:
+    """One generation (``sync``) or one unit in flight (``async``): the fuzzer's proposals, the
+    states the scenario validated from them, and the seed its episodes run with. Snapshots hold
+    the units in flight (as dicts of these fields: ``dataclasses.asdict`` of the loop state;
+    :meth:`of` reads them back)."""
+
+    generation: int  # the unit's number (async units finish out of order)
+    proposed: np.ndarray  # the proposal's states as the fuzzer gave them (what it observes)
+    tags: dict  # the proposal's per-state tags (parent ids, kinds, ...)
+    states: np.ndarray  # the states the episodes start from (validated by the scenario)
+    n: int  # proposals: the episodes (test cases) the unit adds to the budget
+    phase: str  # "sampling" | "fuzzing": the fuzzer's phase when it proposed the unit
+    gen_seed: int  # the seed of the unit's episodes (generation_seed)
+
+    @classmethod
+    def of(cls, unit) -> "WorkUnit":
+        """``unit`` itself, or the unit a snapshot holds as a dict of its fields."""
+        return unit if isinstance(unit, cls) else cls(**unit)
+
+    @property
+    def proposal(self) -> Proposal:
+        """The proposal the fuzzer observes the unit's feedback against."""
+        return Proposal(self.proposed, dict(self.tags))
+
+
+@dataclass(frozen=True, eq=False)
+class Verdict:
+    """A phase's judgement of one unit's result (:meth:`Phase.judge`): the feedback the fuzzer
+    observes; a phase whose record needs more from the judgement (the optimality phase's
+    confirmed bugs) returns a subclass, which its ``record`` reads."""
+
+    feedback: Feedback
+
+
+def propose_unit(phase, st, n: int) -> WorkUnit:
     """The fuzzer's next ``n`` proposals as a unit numbered ``st.generation`` (its seed follows)."""
     proposal = phase.fuzzer.propose(n)
     states = phase.scenario.validate(proposal.states)
-    # the proposal as plain arrays (snapshots hold units in flight; dataclasses.asdict would flatten a Proposal)
-    return {"generation": st.generation, "proposed": proposal.states, "tags": dict(proposal.tags),
-            "states": states, "n": n, "phase": st.phase,
-            "gen_seed": generation_seed(phase.campaign.seed, phase.name, st.generation)}
+    # the proposal as plain arrays: a snapshot holds the unit as a dict of its fields (WorkUnit.of)
+    return WorkUnit(generation=st.generation, proposed=proposal.states, tags=dict(proposal.tags), states=states, n=n,
+                    phase=st.phase, gen_seed=generation_seed(phase.campaign.seed, phase.name, st.generation))
 
 
-def apply_unit(phase, st, unit: dict, result, t_start: float) -> dict:
-    """Judge, observe and record one unit's result; its timeline row. ``st.generation`` reads as
-    the unit's number while the phase records it (async units finish out of order)."""
-    issued, st.generation = st.generation, unit["generation"]
+def apply_unit(phase, st, unit: WorkUnit, result, t_start: float) -> dict:
+    """Judge, observe and record one unit's result; its timeline row (the phase's columns, then
+    those of the phase's services). ``st.generation`` reads as the unit's number while the phase
+    records it (async units finish out of order)."""
+    issued, st.generation = st.generation, unit.generation
     try:
-        gen_seed, states = unit["gen_seed"], unit["states"]
-        proposal = Proposal(unit["proposed"], dict(unit["tags"]))
-        phase.fuzzer.observe(proposal, phase.judge(states, result, gen_seed))
+        judged = phase.judge(unit.states, result, unit.gen_seed)
+        phase.fuzzer.observe(unit.proposal, judged.feedback)
         st.elapsed = time.perf_counter() - t_start  # when its verdicts were found (the rows' wall_time)
-        metrics = phase.record(st, states, result, gen_seed)
+        metrics = phase.record(st, unit, result, judged)
     finally:
         st.generation = issued
     st.elapsed = time.perf_counter() - t_start  # the phase's clock includes recording (confirmation re-runs)
-    n = unit["n"]
-    st.done += n
+    st.done += unit.n
     if st.phase == "sampling":
-        st.sampling_done += n
-    row = {"generation": unit["generation"], "phase": st.phase, phase.count_name: st.done, "wall_time": st.elapsed,
-           **metrics, **llm_metrics(phase.fuzzer)}
+        st.sampling_done += unit.n
+    row = {"generation": unit.generation, "phase": st.phase, phase.count_name: st.done, "wall_time": st.elapsed,
+           **metrics}
+    for service in phase.services:
+        row.update(service.unit_columns())
     st.timeline.append(row)
     return row

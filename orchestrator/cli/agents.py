@@ -128,7 +128,9 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, default=None, help="gradient steps (default: the preset's)")
     p.add_argument("--seed", type=seed_arg, default=None, help="training seed (default: the campaign's)")
     p.add_argument("--out", default=None, type=out_arg, help="challenger folder (default RUN_DIR/challengers/ALGO)")
-    p.add_argument("--resume", action="store_true", help="continue from the last checkpoint in the folder")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the last checkpoint in the folder (the same command without it continues "
+                        "an interrupted training too)")
     p.add_argument("--eval-episodes", type=int, default=100, help="episodes for the card (default 100)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_train_challenger)

@@ -34,6 +34,9 @@ def cmd_run(args) -> int:
             data = json.loads(os.environ[args.campaign_env])
         except ValueError as exc:
             raise UsageError(f"--campaign-env {args.campaign_env}: the variable holds no JSON campaign ({exc})") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"--campaign-env {args.campaign_env}: the variable holds a JSON {type(data).__name__}, "
+                             f"not a campaign (a JSON object of its settings, as `deltarl submit` writes it)")
         campaign = campaign_from_dict(data, args.campaign_env)
         if args.out:
             campaign.output = args.out
@@ -45,24 +48,25 @@ def cmd_run(args) -> int:
         campaign = load_campaign(args.campaign, output=args.out)
     if not campaign.mlflow:
         tracking.stop_spare()
-    if not args.no_dashboard and os.environ.get("DELTARL_DASHBOARD", "1") != "0":
-        from orchestrator.cluster.driver import use_dashboard
-
-        use_dashboard()  # with the local cluster, if a phase starts one (workers: auto often does not)
     from orchestrator.campaign.pipeline import run_campaign, summary_table
+    from orchestrator.cluster.session import DriverSession
 
-    try:
-        results = run_campaign(campaign, resume=bool(args.resume), progress=not args.quiet)
-    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM
-        hint = (f"; continue it with: deltarl run --resume {campaign.output}"
-                if RunFolder(campaign.output).has_campaign() else "; nothing was kept")
-        words, code = stopped(exc)
-        print(f"\ndeltarl: {words}{hint}", file=sys.stderr)
-        return code
-    print(f"{campaign.name}: {campaign.scenario}, AUT {campaign.aut}\n")
-    print(summary_table(results))
-    if args.keep_dashboard is not None:
-        keep_dashboard(args.keep_dashboard)
+    # the dashboard comes with the local cluster, if a phase starts one (workers: auto often does
+    # not); the session holds the campaign's progress actor until --keep-dashboard is over
+    dashboard = not args.no_dashboard and os.environ.get("DELTARL_DASHBOARD", "1") != "0"
+    with DriverSession(dashboard=dashboard, name=campaign.name):
+        try:
+            results = run_campaign(campaign, resume=bool(args.resume), progress=not args.quiet)
+        except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM
+            hint = (f"; continue it with: deltarl run --resume {campaign.output}"
+                    if RunFolder(campaign.output).has_campaign() else "; nothing was kept")
+            words, code = stopped(exc)
+            print(f"\ndeltarl: {words}{hint}", file=sys.stderr)
+            return code
+        print(f"{campaign.name}: {campaign.scenario}, AUT {campaign.aut}\n")
+        print(summary_table(results, mlflow=campaign.mlflow))
+        if args.keep_dashboard is not None:
+            keep_dashboard(args.keep_dashboard)
     failed = [f"{name}: the LLM gave no usable scenario in {r['llm_calls']} calls (every LLM seed fell back to random "
               f"mutation: this is not {r['fuzzer']}'s method; check llm.base_url and llm.model)"
               for name, r in (("safety", results.get("safety")), ("optimality", results.get("optimality")))
@@ -77,7 +81,7 @@ def keep_dashboard(seconds: float) -> None:
     actors, their logs and the campaign's progress) until Ctrl-C, or ``seconds`` when > 0."""
     import time
 
-    from orchestrator.cluster.driver import dashboard_info
+    from orchestrator.cluster.dashboard import dashboard_info
 
     sys.stdout.flush()
     info = dashboard_info()
@@ -150,6 +154,11 @@ def cmd_report(args) -> int:
     print(f"{out['tables']} tables, {out['figures']} figures ({out['videos']} bug videos)\n  {out['markdown']}\n"
           f"  {out['html']}  (self-contained)\n  {out['data']}/  (the data behind it: deltarl report makes it again "
           f"from this folder alone)")
+    db = Path(args.path) / "mlflow.db"
+    if db.is_file():  # a run or grid folder's MLflow, its artifacts pointed at where the folder is now
+        from orchestrator.runs.mlflow_ui import ui_lines
+
+        print("  MLflow: " + "\n".join(ui_lines(db, indent="    ")))
     unreadable = [f for p in (args.path, *(args.add or ())) for f in _unreadable_files(Path(p))]
     for line in unreadable:  # a report with figures silently missing must not look complete
         print(f"deltarl: warning: could not read {line}; the report leaves it out", file=sys.stderr)

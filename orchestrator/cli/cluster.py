@@ -47,18 +47,28 @@ def cmd_stop(args) -> int:
 
 
 def cmd_ray(args) -> int:
-    from orchestrator.cluster import driver
+    from orchestrator.cluster import head as ray_head
+    from orchestrator.cluster.lifecycle import running_cluster
 
     if args.action == "up":
-        head = driver.head_up(num_cpus=args.num_cpus, dashboard=args.dashboard)
+        head = ray_head.head_up(num_cpus=args.num_cpus, dashboard=args.dashboard)
         print(f"Ray head {'already running' if head.get('already') else 'started'} at {head['address']} "
               f"({head.get('num_cpus')} CPUs); campaigns on this machine join it (workers: auto counts a "
               f"running cluster's start-up as paid). Stop it with: deltarl ray down")
+        if head.get("dashboard_url"):
+            from orchestrator.cluster.dashboard import login_hint
+
+            print(f"Ray dashboard: {head['dashboard_url']}"
+                  + (f"\n  it asks for a token: {login_hint()}" if head.get("auth") == "token" else ""))
+        elif args.dashboard:
+            print("Ray dashboard: off (the running head was started without it; deltarl ray down, then "
+                  "deltarl ray up --dashboard)")
         return 0
     if args.action == "down":
-        print("Ray head stopped" if driver.head_down() else "no Ray head of `deltarl ray up` is running")
+        _, what = ray_head.head_down()
+        print(what)
         return 0
-    found = driver.running_cluster()
+    found = running_cluster()
     if found is None:
         print("no running Ray cluster: a campaign that uses Ray starts its own (deltarl ray up keeps one running)")
         return 1
@@ -76,7 +86,9 @@ def register(sub) -> None:
                        "one started with `ray start --head`). Exit 1 from status when none is running.")
     p.add_argument("action", choices=["up", "down", "status"])
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs the head offers (default: all of this machine's)")
-    p.add_argument("--dashboard", action="store_true", help="with the Ray dashboard on 127.0.0.1:8265")
+    p.add_argument("--dashboard", action="store_true",
+                   help="with the Ray dashboard on 127.0.0.1:8265 and Ray's token auth (the token in "
+                        "~/.ray/auth_token, mode 0600; campaigns that join use it)")
     p.set_defaults(func=cmd_ray)
 
     addr = {"default": None, "help": "the head's job API, e.g. http://HEAD:8265 (default: RAY_API_SERVER_ADDRESS, "

@@ -1,49 +1,83 @@
 """What every command module shares: the bad-input error types and exit code, atomic JSON, and
-SIGTERM taken as Ctrl-C."""
+SIGTERM, SIGHUP and SIGINT taken as Ctrl-C (one clean stop, exit 128 + the signal's number)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import signal
 import threading
-from pathlib import Path
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as a shell reports it
 EXIT_TERMINATED = 143  # SIGTERM (128 + 15)
+EXIT_HANGUP = 129  # SIGHUP (128 + 1): the terminal closed, or `kill -HUP`
+
+# what each stopping signal is called in the one line a stopped command prints
+_WORDS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated (SIGTERM)", signal.SIGHUP: "hung up (SIGHUP)"}
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM (``kill``, ``timeout``, systemd, Kubernetes before its SIGKILL) raised where the
-    command is, as Ctrl-C raises ``KeyboardInterrupt``: every ``except KeyboardInterrupt`` and
-    ``finally`` on the way out runs, so a campaign stops the clean way (its snapshots kept, the
-    local LLM server and Ray shut down, the resume hint printed)."""
+    """SIGTERM or SIGHUP (``kill``, ``timeout``, systemd, Kubernetes before its SIGKILL, a closed
+    terminal) raised where the command is, as Ctrl-C raises ``KeyboardInterrupt``: every ``except
+    KeyboardInterrupt`` and ``finally`` on the way out runs, so a campaign stops the clean way
+    (its snapshots kept, the local LLM server and Ray shut down, the resume hint printed).
+    ``signum`` is the signal."""
+
+    def __init__(self, signum: int = signal.SIGTERM):
+        super().__init__()
+        self.signum = signum
 
 
-def _raise_terminated(signum, frame):
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-    raise Terminated()
+class _Received:
+    """The first stopping signal of the command (:func:`sigterm_as_interrupt` resets it). An
+    exception alone cannot carry it: Ray's ``ray.get`` turns whatever ``KeyboardInterrupt`` a
+    signal handler raises inside it into a plain new ``KeyboardInterrupt``, so a SIGTERM that
+    arrives while the driver waits on Ray would otherwise read as Ctrl-C (exit 130)."""
+
+    signum: int | None = None
+
+
+def _raise_stopped(signum, frame):
+    if _Received.signum is None:
+        _Received.signum = signum
+    if signum != signal.SIGINT:
+        signal.signal(signum, signal.SIG_DFL)  # a second SIGTERM/SIGHUP ends the process at once
+        raise Terminated(signum)
+    raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
 def sigterm_as_interrupt():
-    """While the command runs (main thread only; elsewhere nothing changes), SIGTERM raises
-    :class:`Terminated`; the previous handler is back afterwards."""
+    """While the command runs (main thread only; elsewhere nothing changes), SIGTERM, SIGHUP and
+    SIGINT raise :class:`Terminated` / ``KeyboardInterrupt`` and are remembered, so that
+    :func:`stopped` names the signal that came first whatever exception reaches the top. A SIGINT
+    or SIGHUP the process inherited as ignored (a background job of a non-interactive shell,
+    ``nohup``) stays ignored. The previous handlers are back afterwards."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    _Received.signum = None
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        current = signal.getsignal(sig)
+        if sig != signal.SIGTERM and current == signal.SIG_IGN:
+            continue
+        previous[sig] = signal.signal(sig, _raise_stopped)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def stopped(exc: KeyboardInterrupt) -> tuple[str, int]:
-    """How a stopped command says so: ("interrupted", 130) for Ctrl-C, ("terminated (SIGTERM)", 143)."""
-    return ("terminated (SIGTERM)", EXIT_TERMINATED) if isinstance(exc, Terminated) else ("interrupted", EXIT_INTERRUPTED)
+    """How a stopped command says so, by the signal that stopped it (the first one received,
+    else the exception's): ``("interrupted", 130)`` for Ctrl-C / SIGINT, ``("terminated
+    (SIGTERM)", 143)``, ``("hung up (SIGHUP)", 129)`` — 128 + the signal's number, as a shell
+    reports a process that a signal ended."""
+    signum = _Received.signum or (exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
+    return _WORDS.get(signum, f"stopped by signal {int(signum)}"), 128 + int(signum)
 
 
 class UsageError(ValueError):
@@ -99,9 +133,3 @@ def bad_input_types() -> tuple:
 
     return (ScenarioError, StoreError, PolicyError, TrainingError, CampaignError, FuzzerError, GridError, JobError,
             LLMConfigError, LLMFatalError, ReportError, UsageError)
-
-
-def write_json_atomic(path: Path, obj) -> None:
-    from orchestrator.runs.store import atomic_write_bytes
-
-    atomic_write_bytes(Path(path), json.dumps(obj, indent=2, default=float).encode())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import textwrap
 from pathlib import Path
 
 from orchestrator.cli.common import UsageError, out_arg, positive_int, seed_arg
@@ -12,10 +13,12 @@ from orchestrator.cli.common import UsageError, out_arg, positive_int, seed_arg
 
 def cmd_scenarios(args) -> int:
     from envs import SCENARIOS, get_scenario
+    from envs.gym.spec import spec_files, summarize_spec_file
 
     infos = [get_scenario(n).describe() for n in SCENARIOS]
+    gyms = [summarize_spec_file(name, path) for name, path in spec_files()]
     if args.json:
-        print(json.dumps(infos, indent=2))
+        print(json.dumps(infos + gyms, indent=2))
         return 0
     if args.markdown:
         for info in infos:
@@ -27,7 +30,14 @@ def cmd_scenarios(args) -> int:
             for s in info["state"]:
                 print(f"| `{s['name']}` | {s['low']:.4g} | {s['high']:.4g} | {s['meaning']} |")
             print()
+        _gym_markdown(gyms)
         return 0
+    _builtin_text(infos)
+    _gym_text(gyms)
+    return 0
+
+
+def _builtin_text(infos) -> None:
     for info in infos:
         print(f"{info['name']}  (reference env {info['env_id']}; obs {info['obs_dim']}, action {info['action']}, "
               f"{info['max_steps']} steps{', stochastic' if info['stochastic'] else ''})")
@@ -35,7 +45,54 @@ def cmd_scenarios(args) -> int:
         for s in info["state"]:
             print(f"    {s['name']:<16} [{s['low']:+.4g}, {s['high']:+.4g}]  {s['meaning']}")
         print()
-    return 0
+
+
+GYM_HEAD = ("Gymnasium environments with a state spec (scenario: gym:<id>; any other Gymnasium id works too "
+            "with a spec of your own, docs/scenarios.md 'Test your own environment'; each is built, with its "
+            "trust checks, when a command first uses it):")
+
+
+def _dims(d) -> str:
+    kind = "integer " if d["integer"] else ""
+    return f"[{d['low']:+.4g}, {d['high']:+.4g}] {kind}"
+
+
+def _gym_text(gyms) -> None:
+    if not gyms:
+        return
+    print(GYM_HEAD + "\n")
+    for g in gyms:
+        if "error" in g:
+            print(f"{g['name']}  (spec {g['spec']}): {g['error']}\n")
+            continue
+        needs = f"; needs {', '.join(g['imports'])}" if g["imports"] else ""
+        print(f"{g['name']}  (env {g['env_id']}; spec {g['spec']}{needs})")
+        print(f"  failure: {g['failure']}; setter {g['setter']}; sampler {g['sampler']}")
+        if g["description"]:
+            print(textwrap.fill(g["description"], 110, initial_indent="  ", subsequent_indent="  "))
+        if g["state_auto"]:
+            print("    state read from the environment by its setter (bounds from 256 resets)")
+        for d in g["state"]:
+            print(f"    {d['name']:<16} {_dims(d)} {d['meaning']}")
+        print()
+
+
+def _gym_markdown(gyms) -> None:
+    for g in gyms:
+        print(f"### {g['name']}\n")
+        if "error" in g:
+            print(f"Spec `{g['spec']}`: {g['error']}\n")
+            continue
+        print(f"Environment `{g['env_id']}` (spec `{g['spec']}`); setter {g['setter']}, sampler {g['sampler']}. "
+              f"Failure: {g['failure']}.{' ' + g['description'] if g['description'] else ''}\n")
+        if g["state_auto"]:
+            print("State: read from the environment by its setter (bounds from 256 resets).\n")
+            continue
+        print("| state | low | high | meaning |\n|---|---:|---:|---|")
+        for d in g["state"]:
+            print(f"| `{d['name']}`{' (integer)' if d['integer'] else ''} | {d['low']:.4g} | {d['high']:.4g} | "
+                  f"{d['meaning']} |")
+        print()
 
 
 def _load_states(path: str, scenario):
@@ -45,13 +102,53 @@ def _load_states(path: str, scenario):
     if not p.exists():
         raise UsageError(f"--states {path}: no such file; give a .npy file or a CSV with one initial state per row")
     try:
-        if p.suffix == ".npy":
-            arr = np.load(p, allow_pickle=False)
-        else:
-            arr = np.loadtxt(p, delimiter=",", ndmin=2, comments="#")
+        arr = np.load(p, allow_pickle=False) if p.suffix == ".npy" else _read_states_csv(p, scenario)
+    except UsageError:
+        raise
     except Exception as exc:  # noqa: BLE001 - any parse failure is the user's file
-        raise UsageError(f"--states {path}: could not read it ({exc}); give a .npy file or a CSV of numbers") from exc
+        raise UsageError(f"--states {path}: could not read it ({exc}); {_csv_format(scenario)}") from exc
+    if arr.size == 0:
+        raise UsageError(f"--states {path}: holds no initial state (shape {arr.shape}); {_csv_format(scenario)}")
     return scenario.validate(arr)
+
+
+def _csv_format(scenario) -> str:
+    names = ",".join(scenario.state_names)
+    return (f"give a .npy array (N, {len(scenario.state_names)}) or a CSV with one initial state per row, "
+            f"optionally under the header `deltarl scenarios` prints for {scenario.name}: {names}")
+
+
+def _read_states_csv(path: Path, scenario):
+    """A CSV of initial states: numbers only, or a first row naming the state dimensions (the names
+    ``deltarl scenarios`` prints, in any order; ``s_<name>`` as in failures.parquet also reads).
+    Blank lines and lines starting with ``#`` are skipped."""
+    import csv
+
+    import numpy as np
+
+    with path.open(newline="") as f:
+        rows = [[c.strip() for c in r] for r in csv.reader(f) if r and not r[0].lstrip().startswith("#")]
+    rows = [r for r in rows if any(r)]
+    if not rows:
+        return np.zeros((0, len(scenario.state_names)))
+    header, order = rows[0], None
+    if not all(_is_number(c) for c in header):
+        names = list(scenario.state_names)
+        given = [c[2:] if c.startswith("s_") and c[2:] in names else c for c in header]
+        if sorted(given) != sorted(names):
+            raise UsageError(f"--states {path}: the header {','.join(header)} does not name {scenario.name}'s "
+                             f"state dimensions; {_csv_format(scenario)}")
+        order, rows = [given.index(n) for n in names], rows[1:]
+    arr = np.array([[float(c) for c in r] for r in rows], dtype=np.float64).reshape(len(rows), -1)
+    return arr[:, order] if order is not None else arr
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
 
 
 def cmd_rollout(args) -> int:
@@ -147,7 +244,10 @@ def register(sub) -> None:
     p.add_argument("--scenario", required=True, help="scenario name (see `deltarl scenarios`)")
     p.add_argument("--policy", required=True, help="policy URI (see below)")
     p.add_argument("--episodes", type=int, default=None, help="number of initial states to sample")
-    p.add_argument("--states", default=None, help="initial states from a .npy or CSV file instead of sampling")
+    p.add_argument("--states", default=None, metavar="FILE",
+                   help="initial states instead of sampling: a .npy array (N, state dims) or a CSV, one state per "
+                        "row, optionally under a header of the state names `deltarl scenarios` prints (CartPole-v1: "
+                        "x,x_dot,theta,theta_dot; any column order)")
     p.add_argument("--out", required=True, type=out_arg, help="run folder (must be new or empty)")
     p.add_argument("--workers", default="auto",
                    help="rollout actors on the Ray cluster; 0 runs in this process without Ray; auto (default): "

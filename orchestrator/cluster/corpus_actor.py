@@ -4,16 +4,49 @@ in ``orchestrator/cluster/``)."""
 
 from __future__ import annotations
 
+import logging
 import pickle
 import sys
 import time
 
 import numpy as np
 
+log = logging.getLogger(__name__)
+
 CORPUS_RESTORE_ATTEMPTS = 3  # new actors tried, one after the other, before a restore gives up
 
 
 # -- the corpus actor ------------------------------------------------------------------------------
+class FuzzerHost:
+    """A fuzzer behind a Ray actor: built from the pickled fuzzer, it answers the calls the phase
+    loop makes (``propose``, ``observe``, ``start_phase``, ``state_dict``, ``load_state_dict``,
+    ``stats``) in the order a caller sends them."""
+
+    def __init__(self, blob: bytes):
+        self.fuzzer = pickle.loads(blob)
+
+    def ping(self) -> bool:
+        return True
+
+    def propose(self, n: int):
+        return self.fuzzer.propose(int(n))
+
+    def observe(self, proposal, feedback) -> None:
+        self.fuzzer.observe(proposal, feedback)
+
+    def start_phase(self, phase: str) -> None:
+        self.fuzzer.start_phase(phase)
+
+    def state_dict(self) -> dict:
+        return self.fuzzer.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.fuzzer.load_state_dict(state)
+
+    def stats(self) -> dict:
+        return self.fuzzer.stats()
+
+
 class RemoteFuzzer:
     """The driver's stand-in for a fuzzer held by a corpus actor: the methods the phase loop
     calls (``propose``, ``observe``, ``start_phase``, ``state_dict``, ``load_state_dict``,
@@ -35,10 +68,9 @@ class RemoteFuzzer:
     def _start(self):
         import ray
 
-        from orchestrator.cluster.driver import _named, corpus_actor_class
-        from orchestrator.fuzzers.corpus import FuzzerHost
+        from orchestrator.cluster.pool import corpus_actor_class, named_actor
 
-        actor = _named(corpus_actor_class(FuzzerHost), self._actor_name).remote(self._blob)
+        actor = named_actor(corpus_actor_class(FuzzerHost), self._actor_name).remote(self._blob)
         if self._base is not None:
             actor.load_state_dict.remote(self._base)
         ray.get(actor.ping.remote())
@@ -119,5 +151,5 @@ class RemoteFuzzer:
 
         try:
             ray.kill(self._actor)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
+        except Exception as exc:  # noqa: BLE001 - already gone, or Ray already shut down: nothing to end
+            log.debug("corpus actor %s not killed: %s: %s", self._actor_name, type(exc).__name__, exc)

@@ -10,7 +10,8 @@ rollout actors, and get back the same :class:`~workers.rollout.RolloutResult`.
 
 Every caller (the CLI's ``rollout``, both campaign phases, repair's re-evaluation and the
 benchmarks) goes through here, so there is one chunking rule (:func:`chunk_size`), one rule for
-``workers: auto`` (:func:`plan_workers`) and one place that starts Ray. Episode seeds and state
+``workers: auto`` (:func:`plan_workers`; a campaign phase asks :func:`phase_workers`, the CLI
+:func:`resolve_workers`) and one place that starts Ray. Episode seeds and state
 indices are global, so the union of the parts equals one in-process call whatever the chunking.
 """
 
@@ -23,6 +24,7 @@ from typing import Iterator
 
 import numpy as np
 
+from orchestrator.runs.files import StoreError
 from workers.rollout import RolloutResult, RolloutWorker
 
 # -- workers: auto ------------------------------------------------------------------------------
@@ -80,6 +82,41 @@ def usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
+class WorkersError(StoreError):
+    """More rollout actors asked for than the CPUs that would run them. A :class:`StoreError`
+    (a ``ValueError``) so that every command, ``rollout --workers N`` included, reports it as bad
+    input (one message, exit 2) through the error types the CLI already knows."""
+
+
+def worker_cpus() -> tuple[int | None, str]:
+    """``(CPUs, where)`` that rollout actors would run on: the Ray cluster this process is in or
+    would join (its CPUs; None when the cluster does not say), else this machine's usable cores."""
+    if "ray" in sys.modules and sys.modules["ray"].is_initialized():
+        import ray
+
+        return int(ray.cluster_resources().get("CPU", 0)) or None, "this process's Ray cluster"
+    from orchestrator.cluster.lifecycle import running_cluster
+
+    cluster = running_cluster()
+    if cluster is not None:
+        n = cluster.get("num_cpus")
+        return (int(n) if n else None), f"the running Ray cluster at {cluster['address']}"
+    return usable_cpus(), "this machine (usable cores)"
+
+
+def check_workers(workers) -> None:
+    """Refuse (:class:`WorkersError`) ``workers: N`` above the CPUs that would run the actors
+    (:func:`worker_cpus`), before Ray starts: each actor takes a CPU, so more of them would
+    wait for ever, or (as Ray once started them) overload the machine. ``auto`` and 0 pass."""
+    if isinstance(workers, str) or int(workers) <= usable_cpus():
+        return  # auto decides within the CPUs; N <= this machine's cores fits anywhere it runs
+    cpus, where = worker_cpus()
+    if cpus is not None and int(workers) > cpus:
+        raise WorkersError(f"workers: {int(workers)} rollout actors, but {where} has {cpus} CPU"
+                           f"{'s' if cpus != 1 else ''}: give at most {cpus} (each actor takes one CPU), or "
+                           f"workers: auto")
+
+
 def resolve_workers(workers, *, episodes: int | None = None, seconds: float | None = None) -> tuple[int, str]:
     """:func:`plan_workers` with this machine's facts: its usable cores, and a running Ray
     cluster to join (``RAY_ADDRESS``, ``deltarl ray up``, ``ray start --head``, or Ray already
@@ -92,10 +129,21 @@ def resolve_workers(workers, *, episodes: int | None = None, seconds: float | No
 
         cluster = {"address": "this process's cluster", "num_cpus": int(ray.cluster_resources().get("CPU", 0))}
     else:
-        from orchestrator.cluster.driver import running_cluster
+        from orchestrator.cluster.lifecycle import running_cluster
 
         cluster = running_cluster()
     return plan_workers(workers, episodes=episodes, seconds=seconds, cluster=cluster)
+
+
+def phase_workers(workers, budget, *, done: int = 0, elapsed: float = 0.0,
+                  episodes_per_case: int = 1) -> tuple[int, str]:
+    """``(rollout actors, why)`` for a campaign phase that has run ``done`` episodes (test cases)
+    and ``elapsed`` seconds of its ``budget`` (``.episodes``, ``.seconds``): ``workers: auto``
+    decides by the work left (every episode it will run: ``episodes_per_case`` per test case,
+    all roles and repeats), as :func:`resolve_workers`."""
+    episodes = None if budget.episodes is None else max(0, budget.episodes - done) * episodes_per_case
+    seconds = None if budget.seconds is None else max(0.0, budget.seconds - elapsed)
+    return resolve_workers(workers, episodes=episodes, seconds=seconds)
 
 
 def chunk_size(n: int, workers: int, batch_size: int) -> int:
@@ -133,8 +181,10 @@ class Executor:
         else:
             import time
 
-            from orchestrator.cluster.driver import RolloutPool, start_ray
+            from orchestrator.cluster.lifecycle import start_ray
+            from orchestrator.cluster.pool import RolloutPool
 
+            check_workers(self.workers)  # before Ray starts
             t0 = time.perf_counter()
             start_ray(num_cpus=max(self.workers, os.cpu_count() or 1), dashboard=dashboard)
             self.pool = RolloutPool(scenario.name, uris, workers=self.workers, batch_size=batch_size,

@@ -25,10 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
+import time
 from pathlib import Path
 
 from workers.llm import LLMConfig, LLMFatalError, LLMGenerator, RateLimiter
+
+log = logging.getLogger(__name__)
 
 
 class AuditLog:
@@ -65,7 +69,9 @@ class _PoolBase:
     def __init__(self, config: LLMConfig, audit_dir: Path | None):
         self.config = config.check()
         self.audit = AuditLog(audit_dir)
+        self.run_dir = None if audit_dir is None else Path(audit_dir).parent
         self.ever_ok = False  # the endpoint answered at least once (for telling a wrong URL from an outage)
+        self.silent_since: float | None = None  # monotonic time of the first call since the last answer
 
     def stop_server(self) -> None:
         server, self.server = self.server, None
@@ -73,19 +79,45 @@ class _PoolBase:
             server.stop()
 
     def generate(self, requests: list[dict]) -> list[dict]:
+        """The replies to ``requests``, in order. Each call ends within ``llm.call_deadline_s``, cut
+        to the time left to the phase: once the pool's calls have had no answer for
+        ``llm.phase_deadline_s`` (counted from the first call after the last answer) the phase
+        stops with :class:`LLMFatalError` (exit 2; the run keeps what it committed)."""
         if not requests:
             return []
-        replies = self._generate(requests)
+        now = time.monotonic()
+        if self.silent_since is None:
+            self.silent_since = now
+        limit = self.config.phase_deadline_s
+        left = None if limit is None else max(0.0, float(limit) - (now - self.silent_since))
+        replies = self._generate(requests, left)
         self.audit.write(requests, replies)
         if any(r["ok"] for r in replies):
             self.ever_ok = True
-        elif not self.ever_ok and all(r["error"].startswith("connection error") for r in replies):
+            self.silent_since = None
+            return replies
+        if not self.ever_ok and all(r["error"].startswith("connection error") for r in replies):
             # never reached it once, and every attempt of this batch was refused: a wrong
             # base_url or a server that is not running, not a transient failure
             raise LLMFatalError(f"cannot reach the LLM endpoint {self.config.base_url}: {replies[0]['error']}; "
-                                f"check llm.base_url and that the server is running (the run keeps its "
-                                f"snapshots: fix it and add --resume)")
+                                f"check llm.base_url and that the server is running; {self._what_is_kept()}")
+        silent = time.monotonic() - self.silent_since
+        if limit is not None and silent >= float(limit) - 1e-3:
+            sent = max(replies, key=lambda r: r["attempts"])  # a call that reached the server says most
+            raise LLMFatalError(
+                f"the LLM endpoint {self.config.base_url} gave no answer in {float(limit):g} s, the longest a phase "
+                f"waits (llm.phase_deadline_s; last: {sent['error'][:200]}); the phase stopped. "
+                f"Check the server; {self._what_is_kept()}")
         return replies
+
+    def _what_is_kept(self) -> str:
+        """What the person can do with the run after the pool stopped the phase."""
+        from orchestrator.runs.layout import RunFolder
+
+        run = None if self.run_dir is None else RunFolder(self.run_dir)
+        if run is not None and any(run.has_phase(p) for p in ("safety", "optimality")):
+            return f"the run keeps what it committed: continue it with: deltarl run --resume {run.root}"
+        return "nothing was committed yet: run the campaign again once the server answers"
 
 
 class LocalLLMPool(_PoolBase):
@@ -100,10 +132,10 @@ class LocalLLMPool(_PoolBase):
                                    self.config.max_concurrent)
         self.generator = LLMGenerator(self.config, self.limiter)
 
-    def _generate(self, requests):
+    def _generate(self, requests, deadline_s: float | None = None):
         async def run_all():
-            return await asyncio.gather(*(self.generator.chat(r["messages"], r["request_id"], r.get("schema"))
-                                          for r in requests))
+            return await asyncio.gather(*(self.generator.chat(r["messages"], r["request_id"], r.get("schema"),
+                                                              deadline_s) for r in requests))
 
         return asyncio.run_coroutine_threadsafe(run_all(), self._loop).result()
 
@@ -156,15 +188,16 @@ class RayLLMPool(_PoolBase):
         super().__init__(config, audit_dir)
         import ray
 
-        from orchestrator.cluster.driver import start_ray
+        from orchestrator.cluster.lifecycle import start_ray
 
         start_ray()
         self._ray = ray
         self.limiter = rate_limiter_actor(self.config)
         self.actors = generator_actors(self.config, self.limiter)
 
-    def _generate(self, requests):
-        refs = [self.actors[i % len(self.actors)].chat.remote(r["messages"], r["request_id"], r.get("schema"))
+    def _generate(self, requests, deadline_s: float | None = None):
+        refs = [self.actors[i % len(self.actors)].chat.remote(r["messages"], r["request_id"], r.get("schema"),
+                                                              deadline_s)
                 for i, r in enumerate(requests)]
         try:
             return self._ray.get(refs)
@@ -182,8 +215,8 @@ class RayLLMPool(_PoolBase):
             for a in self.actors:
                 try:
                     self._ray.get(a.close.remote(), timeout=10)
-                except Exception:
-                    pass
+                except self._ray.exceptions.RayError as exc:  # a dead actor, a timeout: it is killed next
+                    log.debug("LLM generator actor did not close cleanly: %s: %s", type(exc).__name__, exc)
                 self._ray.kill(a)
             self.actors = []  # the limiter stays: other campaigns on this cluster may share it
         finally:

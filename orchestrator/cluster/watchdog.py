@@ -25,6 +25,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
@@ -107,7 +108,7 @@ def watch(fd: int, roots: list[int], poll_s: float = 0.5) -> None:
 def supervise(roots: list[int], startup_s: float = 30.0) -> subprocess.Popen | None:
     """Start the supervisor of the cluster processes ``roots`` (PIDs) for this driver, and wait
     (at most ``startup_s``) until it has recorded them and their descendants; returns its process
-    (the driver keeps it, and with it the pipe's write end, until it exits)."""
+    (waited for by a daemon thread; the pipe's write end stays open until the driver exits)."""
     if not sys.platform.startswith("linux") or not roots:
         return None  # /proc is Linux's; elsewhere Ray's own fate-sharing is all there is
     read_end, write_end = os.pipe()
@@ -129,6 +130,9 @@ def supervise(roots: list[int], startup_s: float = 30.0) -> subprocess.Popen | N
     proc.stdout.close()
     os.set_inheritable(write_end, False)
     proc._deltarl_pipe = write_end  # held open for the life of this process: its end-of-file is the signal
+    # a daemon thread waits for the supervisor: it holds the process object (no module does) and
+    # reaps it should it end first; the pipe's write end, a bare descriptor, closes with this process
+    threading.Thread(target=proc.wait, name="deltarl-cluster-supervisor", daemon=True).start()
     return proc
 
 

@@ -1,15 +1,12 @@
 """The seed corpus: initial states with their scores and energies, and energy-proportional selection.
 
-Plain class (a fuzzer owns one); ``orchestrator.cluster.driver.corpus_actor_class()`` wraps it as a Ray actor for campaigns
-that share a corpus between drivers or want it to outlive one (snapshots via ``state_dict``).
-:class:`FuzzerHost` holds a whole fuzzer (its corpus, energies, models and RNG) in such an actor:
-the central corpus of an async campaign with ``corpus: actor``
-(:class:`orchestrator.cluster.corpus_actor.RemoteFuzzer` is its driver-side handle).
+Plain class (a fuzzer owns one); ``orchestrator.cluster.pool.corpus_actor_class(Corpus)`` wraps it as a Ray actor for
+campaigns that share a corpus between drivers or want it to outlive one (snapshots via ``state_dict``).
+The central corpus of an async campaign with ``corpus: actor`` holds a whole fuzzer (its corpus,
+energies, models and RNG) in such an actor instead (:mod:`orchestrator.cluster.corpus_actor`).
 """
 
 from __future__ import annotations
-
-import pickle
 
 import numpy as np
 
@@ -124,35 +121,3 @@ class Corpus:
         self.states, self.ids, self.energy = d["states"].copy(), d["ids"].copy(), d["energy"].copy()
         self.scores = {k: v.copy() for k, v in d["scores"].items()}
         self._next_id = int(d["next_id"])
-
-
-
-
-class FuzzerHost:
-    """A fuzzer behind a Ray actor: built from the pickled fuzzer, it answers the calls the phase
-    loop makes (``propose``, ``observe``, ``start_phase``, ``state_dict``, ``load_state_dict``,
-    ``stats``) in the order a caller sends them."""
-
-    def __init__(self, blob: bytes):
-        self.fuzzer = pickle.loads(blob)
-
-    def ping(self) -> bool:
-        return True
-
-    def propose(self, n: int):
-        return self.fuzzer.propose(int(n))
-
-    def observe(self, proposal, feedback) -> None:
-        self.fuzzer.observe(proposal, feedback)
-
-    def start_phase(self, phase: str) -> None:
-        self.fuzzer.start_phase(phase)
-
-    def state_dict(self) -> dict:
-        return self.fuzzer.state_dict()
-
-    def load_state_dict(self, state: dict) -> None:
-        self.fuzzer.load_state_dict(state)
-
-    def stats(self) -> dict:
-        return self.fuzzer.stats()

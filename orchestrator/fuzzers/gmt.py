@@ -59,6 +59,7 @@ import torch
 from torch import nn
 
 from orchestrator.fuzzers.base import Feedback, Fuzzer, Proposal
+from workers import torch_compat as foreach
 
 # ---------------------------------------------------------------------------------------------
 # DDPM pieces (usable on their own: the tests exercise them directly)
@@ -214,7 +215,8 @@ class DDPM:
 
 
 class AdamW:
-    """AdamW (Loshchilov & Hutter) in a handful of ``torch._foreach_*`` calls.
+    """AdamW (Loshchilov & Hutter) in a handful of list operations (:mod:`workers.torch_compat`:
+    PyTorch's ``_foreach`` kernels).
 
     Same update as ``torch.optim.AdamW`` (decoupled weight decay, bias-corrected moments); it
     exists because the stock optimizer's per-step Python overhead is larger than a whole
@@ -237,15 +239,15 @@ class AdamW:
         b1, b2 = self.betas
         self.t += 1
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        torch._foreach_lerp_(self.m, grads, 1.0 - b1)
-        torch._foreach_mul_(self.v, b2)
-        torch._foreach_addcmul_(self.v, grads, grads, 1.0 - b2)
-        denom = torch._foreach_sqrt(self.v)
-        torch._foreach_div_(denom, math.sqrt(1.0 - b2**self.t))
-        torch._foreach_add_(denom, self.eps)
+        foreach.lerp_(self.m, grads, 1.0 - b1)
+        foreach.mul_(self.v, b2)
+        foreach.addcmul_(self.v, grads, grads, 1.0 - b2)
+        denom = foreach.sqrt(self.v)
+        foreach.div_(denom, math.sqrt(1.0 - b2**self.t))
+        foreach.add_(denom, self.eps)
         if self.weight_decay:
-            torch._foreach_mul_(self.params, 1.0 - self.lr * self.weight_decay)
-        torch._foreach_addcdiv_(self.params, self.m, denom, -self.lr / (1.0 - b1**self.t))
+            foreach.mul_(self.params, 1.0 - self.lr * self.weight_decay)
+        foreach.addcdiv_(self.params, self.m, denom, -self.lr / (1.0 - b1**self.t))
 
     def state_dict(self) -> dict:
         return {"t": self.t, "m": [x.clone() for x in self.m], "v": [x.clone() for x in self.v],

@@ -7,7 +7,10 @@ A prompt has the paper's four parts:
 * **Scenario information**: overview, entities, state description and constraints. They are
   data, one YAML file per scenario in ``experiments/llmtester/scenarios/<name>.yaml``; a
   scenario without a file gets a generic description built from its state names, meanings
-  and bounds (so every deltarl scenario works, less well described).
+  and bounds (so every deltarl scenario works, less well described), led by the scenario's
+  own ``description`` where it has one (a ``gym:`` scenario's spec, e.g. highway-v0's traffic
+  scene: the CARLA stand-in of issue 49). Integer state dimensions (a lane) are said to be
+  integers, shown and asked for as integers.
 * **Input**: the seed scenario (its state as JSON, and the return the policy got from it),
   the testing feedback F (recent bad cases) and the expert experience E.
 * **Output**: the chain of thought the paper asks for — scenario analysis, evolution
@@ -70,24 +73,38 @@ class ScenarioInfo:
 
     @classmethod
     def generic(cls, scenario) -> "ScenarioInfo":
+        described = " ".join(str(getattr(scenario, "description", "") or "").split())
         return cls(
             name=scenario.name,
             system_under_test=f"a reinforcement-learning agent in the {scenario.env_id or scenario.name} environment",
-            overview=(f"The agent acts in {scenario.name} for at most {scenario.max_steps} steps. "
+            overview=(f"{described + ' ' if described else ''}"
+                      f"The agent acts in {scenario.name} for at most {scenario.max_steps} steps. "
                       f"A test fails when: {scenario.failure_rule or 'the agent does not complete its task'}."),
             entities=[f"the agent (actions: {scenario.action.describe()})"],
             constraints=[])
 
 
+def integer_dims(scenario) -> np.ndarray:
+    """Which state values are integers: all of an integer-valued scenario's, or those a ``gym:``
+    scenario's spec marks (``integer: true``, e.g. highway-v0's lanes)."""
+    mask = np.asarray(getattr(scenario, "integer", ()), dtype=bool).reshape(-1)
+    if mask.size != scenario.state_dim:
+        mask = np.zeros(scenario.state_dim, dtype=bool)
+    return mask | bool(scenario.integer_states)
+
+
 def state_lines(scenario) -> list[str]:
-    return [f"- {n}: {m} (valid range [{lo:.6g}, {hi:.6g}])" if hi > lo else f"- {n}: {m} (fixed at {lo:.6g})"
-            for n, m, lo, hi in zip(scenario.state_names, scenario.state_meaning, scenario.low, scenario.high)]
+    ints = integer_dims(scenario)
+    return [f"- {n}: {m}{', an integer' if i and hi > lo else ''} (valid range [{lo:.6g}, {hi:.6g}])" if hi > lo
+            else f"- {n}: {m} (fixed at {lo:.6g})"
+            for n, m, lo, hi, i in zip(scenario.state_names, scenario.state_meaning, scenario.low, scenario.high, ints)]
 
 
 def state_json(scenario, state: np.ndarray, digits: int = 6) -> str:
-    if scenario.integer_states:  # obstacle kinds as 2, not 2.0 (what the schema asks for)
-        return json.dumps({n: int(round(float(v))) for n, v in zip(scenario.state_names, state)})
-    return json.dumps({n: float(f"{float(v):.{digits}g}") for n, v in zip(scenario.state_names, state)})
+    """The state as JSON; integer values as 2, not 2.0 (what the schema asks for)."""
+    ints = integer_dims(scenario)
+    return json.dumps({n: int(round(float(v))) if i else float(f"{float(v):.{digits}g}")
+                       for n, v, i in zip(scenario.state_names, state, ints)})
 
 
 STEPS = (("scenario_analysis", "Scenario Analysis",
@@ -106,7 +123,7 @@ ENUM_MOST = 32  # integer states with at most this many valid values get them li
 def _value_schema(scenario, j: int) -> dict:
     """One state value: a number, or for integer states an integer (listed when the valid range is
     small: a schema-constrained model can then only write a valid kind, in one token)."""
-    if not scenario.integer_states:
+    if not integer_dims(scenario)[j]:
         return {"type": "number"}
     lo, hi = float(scenario.low[j]), float(scenario.high[j])
     if np.isfinite(lo) and np.isfinite(hi) and hi - lo < ENUM_MOST:

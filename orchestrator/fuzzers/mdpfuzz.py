@@ -37,7 +37,9 @@ counts against the budget.
 Differences to the paper and to the authors' code are listed in ``docs/fuzzers.md``; the
 ``budget_per_seed``, ``drop_parent_on_failure``, ``replace_parent``,
 ``mutant_sensitivity="parent"``, ``pdf_floor`` and ``ratio_cap`` parameters switch to the
-public code's behaviour where it differs from the paper.
+public code's behaviour where it differs from the paper. Beside the PyPI ``mdpfuzz`` 0.0.3 (the
+replication study's code) on the same inputs, this fuzzer makes the same decisions
+(``benchmarks/peer_mdpfuzz.py --lockstep``; docs/fuzzers.md, "Beside the PyPI package").
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def _one_blas_thread():
             from threadpoolctl import ThreadpoolController
 
             _BLAS.append(ThreadpoolController())
-        except Exception:  # threadpoolctl is optional (it comes with scikit-learn)
+        except ImportError:  # threadpoolctl is optional (it comes with scikit-learn)
             _BLAS.append(None)
     ctl = _BLAS[0]
     return ctl.limit(limits=1, user_api="blas") if ctl is not None else contextlib.nullcontext()

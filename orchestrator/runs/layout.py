@@ -45,6 +45,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 from orchestrator.runs.store import EPISODES, STORE_FILE, StoreError, atomic_write_bytes, atomic_write_table
 
@@ -106,10 +107,6 @@ class RunFolder:
     def repair_dir(self) -> Path:
         return self.root / "repair"
 
-    @property
-    def llm_dir(self) -> Path:
-        return self.root / "llm"
-
     def summary_json(self, phase: str = "safety") -> Path:
         return self.root / ("summary.json" if phase == "safety" else "optimality_summary.json")
 
@@ -136,6 +133,61 @@ class RunFolder:
         (``.../challengers/<algo>/model.d3``), else None."""
         m = re.search(r"challengers/([a-z]+)/", str(path or ""))
         return m.group(1) if m else None
+
+    # -- paths stored inside the folder -------------------------------------------------------
+    def stored(self, path: str | Path | None) -> str | None:
+        """How a path is written into this folder's files: relative to the folder when it lies
+        inside it (``challengers/bcq/model.d3``: the folder can move, be renamed or be read from
+        any working directory), else absolute; a policy URI (``zoo:…``, ``python:…``) unchanged."""
+        if path is None or _is_uri(path):
+            return None if path is None else str(path)
+        p = Path(os.path.abspath(path))  # ".." taken out: a folder on the way may be gone later
+        if not _inside(p, self.root):
+            return str(p)
+        return Path(os.path.relpath(p.resolve(), self.root.resolve())).as_posix()
+
+    def resolve(self, stored: str | Path | None) -> str | None:
+        """A path read from this folder's files, usable from the current directory: relative
+        paths are the folder's own; a path written by an older deltarl (relative to the directory
+        the campaign ran in, or absolute) that no longer exists is looked up in this folder by
+        its tail (``…/challengers/bcq/model.d3``), so a moved or copied folder still reads. A
+        policy URI is returned unchanged; a path found nowhere comes back under the folder, so
+        an error names where it was expected."""
+        if stored is None or _is_uri(stored) or not str(stored):
+            return None if stored is None else str(stored)
+        p = Path(stored)
+        if not p.is_absolute() and (self.root / p).exists():
+            return str(self.root / p)
+        if p.exists():  # absolute, or relative to the directory an older deltarl ran in
+            return str(p)
+        parts = p.parts
+        for i in range(1, len(parts) - 1):  # tails of two names or more (challengers/bcq/model.d3), never a bare name
+            cand = self.root.joinpath(*parts[i:])
+            if cand.exists():
+                return str(cand)
+        return str(p if p.is_absolute() else self.root / p)
+
+    def stored_policy(self, uri: str | None) -> str | None:
+        """How a policy URI is written into ``campaign.json``: one that names a file or folder (a
+        path, ``file://PATH``, ``rlzoo:PATH``) with its path as :meth:`stored` writes it (relative
+        to the run folder inside it, else absolute: never relative to the directory the campaign
+        ran in); ``zoo:``, ``python:``, ``random:`` unchanged."""
+        named = _policy_path(uri)
+        return uri if named is None else named[0] + self.stored(named[1])
+
+    def resolved_policy(self, stored: str | None) -> str | None:
+        """A policy URI read from ``campaign.json``, usable from the current directory (see
+        :meth:`resolve`; shown relative to the current directory when it lies below it, as a
+        campaign file usually names it)."""
+        named = _policy_path(stored)
+        if named is None:
+            return stored
+        path = Path(self.resolve(named[1]))
+        try:
+            shown = path.absolute().relative_to(Path.cwd()).as_posix() if path.is_absolute() else path.as_posix()
+        except ValueError:  # not below the current directory
+            shown = str(path)
+        return named[0] + shown
 
     # -- what is there ---------------------------------------------------------------------
     def is_run(self) -> bool:
@@ -210,10 +262,6 @@ class RunFolder:
                 except OSError:
                     break
 
-    def holds_lock(self) -> bool:
-        """Whether this process holds the folder's lock."""
-        return os.path.abspath(self.lock_file) in _HELD
-
     # -- one campaign and one AUT per folder ---------------------------------------------------
     def phase_present(self, phase: str) -> bool:
         """The folder holds (part of) ``phase``: its snapshots, its summary or a challenger."""
@@ -254,7 +302,7 @@ class RunFolder:
         for key in (*PHASE_SECTIONS, "llm"):
             if campaign.get(key) is not None:
                 merged[key] = campaign[key]
-        self.write_json(self.campaign_json, {**merged, "layout_version": LAYOUT_VERSION})
+        self._write_campaign_dict(merged)
         return "add"
 
     def _check_identity(self, have: dict, want: dict) -> None:
@@ -262,6 +310,8 @@ class RunFolder:
             a, b = have.get(key), want.get(key)
             if key == "scenario_overrides":
                 a, b = a or {}, b or {}
+            if key == "aut" and same_policy_file(a, b):
+                continue
             if a != b:
                 raise StoreError(f"{self.root} belongs to campaign {have.get('name')!r} with {key} {a!r}; this "
                                  f"campaign has {key} {b!r}. A run folder holds one campaign and one AUT: give "
@@ -312,6 +362,8 @@ class RunFolder:
         if not isinstance(version, int) or version > LAYOUT_VERSION:
             raise StoreError(f"{self.root} was written by a newer deltarl (run-folder layout {version!r}; this one "
                              f"reads layouts up to {LAYOUT_VERSION}): upgrade deltarl to read it")
+        if isinstance(data.get("aut"), str):
+            data["aut"] = self.resolved_policy(data["aut"])
         return data
 
     def summary(self, phase: str = "safety") -> dict | None:
@@ -350,7 +402,7 @@ class RunFolder:
         trained challenger (an error naming the missing phase when it is not trained yet)."""
         spec = campaign.optimality
         if spec is not None and spec.challenger:
-            return spec.challenger
+            return self.resolve(spec.challenger)
         if campaign.challenger is None:
             raise StoreError("the campaign names no challenger (optimality.challenger) and trains none")
         algo = campaign.challenger.algos[0]
@@ -363,10 +415,17 @@ class RunFolder:
     # -- writers (whole files: temp name, then rename) ---------------------------------------
     def write_json(self, path: Path, obj) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, json.dumps(obj, indent=2, default=_plain).encode())
+        atomic_write_bytes(path, json.dumps(finite_or_null(obj), indent=2, default=_plain, allow_nan=False).encode())
 
     def write_campaign(self, campaign) -> None:
-        self.write_json(self.campaign_json, {**campaign.to_dict(), "layout_version": LAYOUT_VERSION})
+        self._write_campaign_dict(campaign.to_dict())
+
+    def _write_campaign_dict(self, data: dict) -> None:
+        """``campaign.json``: a policy file of the AUT stored as :meth:`stored_policy` writes it."""
+        data = dict(data)
+        if isinstance(data.get("aut"), str):
+            data["aut"] = self.stored_policy(data["aut"])
+        self.write_json(self.campaign_json, {**data, "layout_version": LAYOUT_VERSION})
 
     def write_table(self, path: Path, table) -> None:
         atomic_write_table(path, table)
@@ -384,6 +443,47 @@ class RunFolder:
         for j, name in enumerate(state_names):
             table = table.append_column(f"s_{name}", pa.array(states[:, j]))
         atomic_write_table(path, table)
+
+
+def _policy_path(uri) -> tuple[str, str] | None:
+    """``(prefix, path)`` of a policy URI that names a file or folder (a path, ``file://PATH``,
+    ``rlzoo:PATH``); None for the others (``zoo:``, ``python:``, ``random:``) and for no URI."""
+    if not isinstance(uri, str) or not uri.strip():
+        return None
+    text = uri.strip()
+    if text.lower().startswith("rlzoo:"):
+        return "rlzoo:", text.split(":", 1)[1].strip()
+    if text.lower().startswith("file://"):
+        rest = text[len("file://"):]
+        return "", unquote(rest[len("localhost"):] if rest.startswith("localhost/") else rest)
+    return None if _is_uri(text) else ("", text)
+
+
+def policy_file(uri) -> bool:
+    """Whether a policy URI names a file or folder (a path, ``file://PATH``, ``rlzoo:PATH``)."""
+    return _policy_path(uri) is not None
+
+
+def same_policy_file(a, b) -> bool:
+    """Two policy URIs that name the same file or folder from here (``runs/x/../a.pt`` and
+    ``/abs/a.pt``): the AUT of a campaign file and the one a run folder stored."""
+    pa, pb = _policy_path(a), _policy_path(b)
+    if pa is None or pb is None or pa[0] != pb[0]:
+        return False
+    return os.path.realpath(pa[1]) == os.path.realpath(pb[1])
+
+
+def _is_uri(path) -> bool:
+    """A policy URI with a scheme (``zoo:``, ``python:``, ``random:``, ``rlzoo:``), not a file path."""
+    return isinstance(path, str) and re.match(r"^[A-Za-z][A-Za-z0-9+.-]+:", path) is not None
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+        return True
+    except ValueError:
+        return False
 
 
 def _acquire(path: Path, root: Path, command: str) -> int:
@@ -437,6 +537,20 @@ TORCHSCRIPT = "policy.pt"
 CARD = "card.json"
 TRAINING = "training.json"
 MODEL_FILES = (MODEL, TORCHSCRIPT, CARD, TRAINING)
+
+
+def finite_or_null(obj):
+    """``obj`` with every NaN or infinity replaced by None: strict JSON (``null``) for the files
+    others read; every JSON file of a run folder is written so (:meth:`RunFolder.write_json`) (Python's json writes ``NaN``, which no JSON parser accepts)."""
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {k: finite_or_null(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_or_null(v) for v in obj]
+    if hasattr(obj, "item") and getattr(obj, "ndim", None) == 0:  # a numpy scalar
+        return finite_or_null(obj.item())
+    return obj
 
 
 def _plain(x):

@@ -45,7 +45,11 @@ def experiments(db: str | Path) -> list[tuple[str, str]]:
 
 
 def ui_lines(db: str | Path, port: int = DEFAULT_PORT, indent: str = "                  ") -> list[str]:
-    """The ``mlflow ui`` command, then one address per experiment (its runs' charts)."""
+    """The ``mlflow ui`` command, then one address per experiment (its runs' charts). A moved
+    folder's artifact locations are pointed at it first (``tracking.relocate_artifacts``)."""
+    from orchestrator.runs.tracking import relocate_artifacts
+
+    relocate_artifacts(db)
     out = [ui_command(db, port)]
     out += [f"{indent}{name}: {experiment_url(i, port)}" for i, name in experiments(db)]
     return out

@@ -9,6 +9,7 @@ reads steps back. Also the readers' filters (:func:`match`, :func:`and_`).
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
@@ -29,28 +30,22 @@ EPISODES = "episodes"
 # --------------------------------------------------------------------------------------------
 # column helpers
 # --------------------------------------------------------------------------------------------
-_VERSION_CACHE: list[str] = []
-
-
+@functools.cache
 def deltarl_version() -> str:
-    if _VERSION_CACHE:
-        return _VERSION_CACHE[0]
-    version = "unknown"
+    """The installed package's version, else ``pyproject.toml``'s (a source checkout), else "unknown"."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        from importlib.metadata import version as _v
+        return version("deltarl")
+    except PackageNotFoundError:
+        pass  # not installed: the checkout's pyproject.toml says
+    try:
+        import tomllib  # Python >= 3.11
 
-        version = _v("deltarl")
-    except Exception:
-        try:
-            import tomllib
-
-            pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
-            with open(pyproject, "rb") as f:
-                version = str(tomllib.load(f)["project"]["version"])
-        except Exception:
-            pass
-    _VERSION_CACHE.append(version)
-    return version
+        with open(Path(__file__).resolve().parents[2] / "pyproject.toml", "rb") as f:  # the checkout's root
+            return str(tomllib.load(f)["project"]["version"])
+    except (ImportError, OSError, KeyError, ValueError):  # ValueError: tomllib.TOMLDecodeError
+        return "unknown"
 
 
 def fsl(value_type: pa.DataType, width: int) -> pa.DataType:

@@ -102,7 +102,25 @@ WRITERS = "_writers"
 
 # StoreError, STORE_FILE and the atomic writes are imported from here by the rest of deltarl
 __all__ = ["EPISODE_ID_STRIDE", "SCHEMA_VERSION", "STORE_FILE", "RunStore", "StoreError", "atomic_write_bytes",
-           "atomic_write_table"]
+           "atomic_write_table", "committed_parts", "drop_uncommitted"]
+
+
+# -- the part files a snapshot commits (orchestrator.campaign.generations) ----------------------
+def committed_parts(run_dir: str | os.PathLike) -> list[str]:
+    """The store's part files in ``run_dir`` (``steps/*.parquet``, ``episodes/*.parquet``) as
+    sorted paths relative to it: what a generation snapshot commits."""
+    root = Path(run_dir)
+    return sorted(str(p.relative_to(root)) for d in (STEPS, EPISODES) for p in (root / d).glob("*.parquet"))
+
+
+def drop_uncommitted(run_dir: str | os.PathLike, keep: set) -> None:
+    """Delete the part files of ``run_dir`` not in ``keep`` (paths as :func:`committed_parts`
+    gives them): those of a generation that never got its snapshot."""
+    root = Path(run_dir)
+    for d in (STEPS, EPISODES):
+        for p in (root / d).glob("*.parquet"):
+            if str(p.relative_to(root)) not in keep:
+                p.unlink()
 
 
 class RunStore:

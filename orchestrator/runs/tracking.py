@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import logging
 import math
 import os
 import queue
@@ -37,6 +38,7 @@ import threading
 import time
 from pathlib import Path
 
+log = logging.getLogger(__name__)
 WRITER_TIMEOUT_S = float(os.environ.get("DELTARL_MLFLOW_TIMEOUT", "600"))  # how long end() waits for the writer
 
 
@@ -63,6 +65,7 @@ def prepare_sqlite(uri: str) -> bool:
         return False
     db = Path(uri[len("sqlite:///"):])
     if db.exists():
+        relocate_artifacts(db)
         return False
     try:
         import mlflow
@@ -80,8 +83,79 @@ def prepare_sqlite(uri: str) -> bool:
         finally:
             tmp.unlink(missing_ok=True)
         return True
-    except Exception:  # noqa: BLE001 - a cache we cannot write is no reason to fail: MLflow migrates itself
+    except Exception as exc:  # noqa: BLE001 - a cache we cannot write is no reason to fail: MLflow migrates itself
+        log.debug("no MLflow template database for %s (%s: %s): MLflow creates it", db, type(exc).__name__, exc)
         return False
+
+
+def relocate_artifacts(db: str | os.PathLike) -> int:
+    """Point a moved run folder's MLflow artifacts at the folder where the database is now.
+
+    MLflow stores every artifact location absolute (``file:///OLD/RUN/mlartifacts/…``, the
+    experiment's and each run's): in a moved, renamed or copied folder the UI would look in the old
+    place, and a resumed phase would write its artifacts there. Each location whose folder
+    (``…/mlartifacts``) is not below the database's folder is rewritten to the one below it that
+    ends the same way (``RUN/mlartifacts``, a grid's ``GRID/CAMPAIGN/mlartifacts``), or to
+    ``RUN/mlartifacts`` when the old one is gone. Read with sqlite3 only (no MLflow import).
+    Returns the number of rows rewritten; 0 when there was nothing to do or the file is no
+    MLflow database."""
+    import re
+    import sqlite3
+    from urllib.parse import unquote, urlparse
+
+    db = Path(db)
+    if not db.is_file():
+        return 0
+    here = db.parent.resolve()
+    try:
+        con = sqlite3.connect(str(db), timeout=10)
+    except sqlite3.Error as exc:
+        log.debug("cannot open %s to relocate its artifacts: %s", db, exc)
+        return 0
+    try:
+        rows = [("experiments", "experiment_id", "artifact_location", *r) for r in
+                con.execute("SELECT experiment_id, artifact_location FROM experiments")]
+        rows += [("runs", "run_uuid", "artifact_uri", *r) for r in con.execute("SELECT run_uuid, artifact_uri FROM runs")]
+        moves: dict[str, str | None] = {}
+        changed = []
+        for table, key, col, ident, loc in rows:
+            m = re.match(r"^(file://[^?#]*?/mlartifacts)(/.*)?$", loc or "")
+            if not m:
+                continue
+            old = m.group(1)
+            if old not in moves:
+                moves[old] = _artifacts_here(Path(unquote(urlparse(old).path)).parent, here)
+            if moves[old] is not None:
+                changed.append((table, key, col, ident, moves[old] + (m.group(2) or "")))
+        with con:
+            for table, key, col, ident, loc in changed:
+                con.execute(f"UPDATE {table} SET {col} = ? WHERE {key} = ?", (loc, ident))
+        return len(changed)
+    except sqlite3.Error as exc:  # no MLflow tables (not an MLflow database), locked: left as it is
+        log.debug("cannot relocate the artifacts of %s: %s", db, exc)
+        return 0
+    finally:
+        con.close()
+
+
+def _artifacts_here(old_root: Path, here: Path) -> str | None:
+    """The ``mlartifacts`` folder below ``here`` that stands for ``old_root/mlartifacts`` (None:
+    nothing to change)."""
+    from orchestrator.runs.layout import MLFLOW_ARTIFACTS
+
+    try:
+        old_root.resolve().relative_to(here)
+        return None  # already below the database's folder
+    except ValueError:
+        pass
+    parts = old_root.parts[1:]
+    for i in range(len(parts) + 1):  # the longest tail that is here: GRID/CAMPAIGN, else the folder itself
+        cand = here.joinpath(*parts[i:], MLFLOW_ARTIFACTS)
+        if cand.is_dir():
+            return cand.as_uri()
+    if (old_root / MLFLOW_ARTIFACTS).exists():
+        return None  # not this folder's: an artifact store elsewhere that is still there
+    return (here / MLFLOW_ARTIFACTS).as_uri()
 
 
 def _make_template(template: Path) -> None:

@@ -85,12 +85,13 @@ from workers.policies.base import (
     PolicyError,
 )
 from workers.policies.export import export_mlp_onnx, export_mlp_torchscript
-from workers.policies.load import load_policy, resolve_zoo_uri, zoo_dir
+from workers.policies.load import load_policy, resolve_zoo_uri, shared_policy, zoo_dir
 
 __all__ = [
     "Policy",
     "PolicyError",
     "load_policy",
+    "shared_policy",
     "resolve_zoo_uri",
     "zoo_dir",
     "export_mlp_torchscript",

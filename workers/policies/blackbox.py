@@ -56,7 +56,7 @@ class PythonPolicy(Policy):
         try:
             src = inspect.getsource(module)
             digest = _sha256_text(src + "\n#" + attr)
-        except Exception:  # noqa: BLE001
+        except (OSError, TypeError):  # no source to read (a built-in or compiled module): the URI names it
             digest = _sha256_text(uri)
         super().__init__(uri, path=getattr(module, "__file__", None), device=device, sha256=digest)
         self.agent = agent

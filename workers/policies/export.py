@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import logging
 import os
 import warnings
 
@@ -16,6 +17,8 @@ import torch
 from workers.policies.base import (
     _META_NAME,
 )
+
+log = logging.getLogger(__name__)
 
 
 def _mlp_weights(obs_dim: int, out_dim: int, hidden, seed: int):
@@ -132,7 +135,8 @@ def export_mlp_onnx(path, obs_dim: int, out_dim: int, hidden=(256, 256), seed: i
                 dynamic_shapes=({0: torch.export.Dim("batch")},), dynamo=True, external_data=False,
             )
             proto = prog.model_proto
-        except Exception:  # noqa: BLE001 - fall back to the hand-built graph
+        except Exception as exc:  # noqa: BLE001 - fall back to the hand-built graph
+            log.debug("torch.onnx.export failed (%s: %s): the hand-built ONNX graph is written", type(exc).__name__, exc)
             proto = None
     if proto is None:
         proto = _onnx_graph(layers, sq, int(obs_dim), int(out_dim))

@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import io
 import json
+import logging
 import pickle
 import warnings
 import zipfile
@@ -32,6 +33,8 @@ from workers.policies.base import (
     _spec_from_meta,
     stackable_rows,
 )
+
+log = logging.getLogger(__name__)
 
 
 class D3rlpyPolicy(Policy):
@@ -57,7 +60,8 @@ class D3rlpyPolicy(Policy):
             self.model_obs_dim = int(obs_shape[0])
         try:
             discrete = algo.get_action_type().name == "DISCRETE"
-        except Exception:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - an algorithm without an action type: not checked
+            log.debug("%s: no action type (%s: %s)", path, type(exc).__name__, exc)
             discrete = None
         size = getattr(algo, "action_size", None)
         if discrete is not None and size is not None:
@@ -97,7 +101,8 @@ class D3rlpyPolicy(Policy):
                 ok = np.array_equal(graph(torch.from_numpy(probe)).numpy(), np.asarray(algo.predict(probe))) and all(
                     np.array_equal(graph(torch.from_numpy(probe[j:j + 1].copy())).numpy(),
                                    np.asarray(algo.predict(probe[j:j + 1].copy()))) for j in range(4))
-        except Exception:  # noqa: BLE001 - a graph that does not run is not used
+        except Exception as exc:  # noqa: BLE001 - a graph that does not run is not used
+            log.debug("the traced graph does not run (%s: %s): predict() is used", type(exc).__name__, exc)
             return None
         return graph if ok else None
 
@@ -160,7 +165,7 @@ class TorchScriptPolicy(Policy):
         if extra.get(_META_NAME):
             try:
                 meta = json.loads(extra[_META_NAME])
-            except Exception:  # noqa: BLE001
+            except ValueError:  # not JSON: a file without deltarl's metadata
                 meta = None
         self.model_obs_dim, self.model_action = _spec_from_meta(meta)
         self.obs_dim = self.model_obs_dim
@@ -215,7 +220,8 @@ def _torchscript_hint(path: str) -> str:
     try:
         with zipfile.ZipFile(path) as z:
             names = z.namelist()
-    except Exception:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - OSError, BadZipFile or whatever a damaged zip raises
+        log.debug("%s is not a readable zip (%s: %s)", path, type(exc).__name__, exc)
         return ("The file is corrupt or not a TorchScript archive; export the policy with "
                 "torch.jit.script(model).save(path) or torch.jit.trace(model, example).save(path)")
     if not any("/code/" in n or n.startswith("code/") for n in names):
@@ -264,7 +270,8 @@ class OnnxPolicy(Policy):
         try:
             raw = sess.get_modelmeta().custom_metadata_map.get(_META_NAME)
             meta = json.loads(raw) if raw else None
-        except Exception:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - no usable metadata: the graph's own shapes decide
+            log.debug("%s: no deltarl metadata (%s: %s)", path, type(exc).__name__, exc)
             meta = None
         self.model_obs_dim, self.model_action = _spec_from_meta(meta)
         if len(shape) == 2 and isinstance(shape[1], int) and shape[1] > 0:
@@ -382,7 +389,8 @@ def old_gym_spaces(data: dict) -> dict:
             elif name == "MultiBinary":
                 n = st["n"]
                 out[key] = gymnasium.spaces.MultiBinary(int(n) if np.ndim(n) == 0 else list(np.asarray(n)))
-        except Exception:  # noqa: BLE001 - leave this space to SB3 (and its shimmy path)
+        except Exception as exc:  # noqa: BLE001 - leave this space to SB3 (and its shimmy path)
+            log.debug("space %s not rebuilt (%s: %s): left to SB3", key, type(exc).__name__, exc)
             continue
     return out
 
@@ -506,7 +514,8 @@ def sb3_rowwise(model, obs_dim: int):
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
             traced = torch.jit.trace(_Predict(policy), torch.zeros(1, obs_dim), check_trace=False)
-    except Exception:  # noqa: BLE001 - a policy that does not trace keeps the per-row loop
+    except Exception as exc:  # noqa: BLE001 - a policy that does not trace keeps the per-row loop
+        log.debug("SB3 policy not traced (%s: %s): the per-row loop", type(exc).__name__, exc)
         return None
     return rowwise_or_none(traced.inlined_graph, alone, (obs_dim,), owner=traced)
 

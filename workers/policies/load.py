@@ -91,6 +91,10 @@ def load_policy(uri: str, scenario=None, device: str | None = None) -> Policy:
         policy: Policy = RandomPolicy(uri, seed, scenario, dev)
     elif low.startswith("python:"):
         policy = PythonPolicy(uri, target.split(":", 1)[1], dev)
+    elif low.startswith("planted:"):  # a base agent with planted defects (workers/policies/planted.py)
+        from workers.policies.planted import PlantedPolicy
+
+        policy = PlantedPolicy(uri, target.split(":", 1)[1].strip(), scenario, dev, load_policy=load_policy)
     elif low.startswith("rlzoo:"):
         path = os.path.abspath(os.path.expanduser(_strip_file_uri(target.split(":", 1)[1].strip())))
         policy = RLZooPolicy(uri, path, dev, scenario)
@@ -222,3 +226,42 @@ def _check_against(policy: Policy, scenario) -> None:
         raise PolicyError(f"{label}: expected actions of shape {expect_shape} ({where}), got {out.shape}")
 
 
+# The process's policy cache (its one owner): (file, its mtime and size, scenario, device) -> Policy
+_LOADED: dict = {}
+
+
+def shared_policy(uri: str, scenario, device: str | None = None):
+    """``load_policy(uri, scenario, device)``, loaded once per process: a campaign's phases, the
+    challenger's card and repair all get the same object for the same model file (a file that
+    changed on disk is loaded again). ``random:`` and ``python:`` policies, which may hold state,
+    are loaded fresh every time."""
+    key = _file_key(uri)
+    if key is None:
+        return load_policy(uri, scenario, device=device)
+    action = getattr(scenario, "action", None)
+    key += (getattr(scenario, "name", None), getattr(scenario, "obs_dim", None), repr(action), _resolve_device(device))
+    if key not in _LOADED:
+        _LOADED[key] = load_policy(uri, scenario, device=device)
+    return _LOADED[key]
+
+
+def _file_key(uri) -> tuple | None:
+    """(path, mtime, size) of a file or zoo policy URI; None for the others."""
+    if not isinstance(uri, (str, os.PathLike)):
+        return None
+    text = os.fspath(uri).strip()
+    low = text.lower()
+    if low.startswith(("random:", "python:")):
+        return None
+    try:
+        if low.startswith("zoo:"):
+            path = Path(resolve_zoo_uri(text))
+        elif low.startswith("rlzoo:"):
+            path = Path(text.split(":", 1)[1].strip())
+        else:
+            path = Path(text[len("file://"):] if low.startswith("file://") else text)
+        path = path.expanduser().resolve()
+        st = path.stat()
+    except (OSError, ValueError):  # no such file, a bad zoo name (PolicyError): load_policy says what is wrong
+        return None
+    return (str(path), st.st_mtime_ns, st.st_size)

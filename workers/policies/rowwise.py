@@ -28,10 +28,15 @@ through the per-row loop (``Policy.per_row_loop()``), an independent check of ev
 
 from __future__ import annotations
 
+import logging
 import os
 
 import numpy as np
 import torch
+
+from workers import torch_compat
+
+log = logging.getLogger(__name__)
 
 CHUNKS = (8, 16, 32, 64)  # the only batch shapes a rowwise graph ever computes (each checked at load)
 ALONE_BELOW = 3  # fewer rows than this: the per-row calls themselves (cheaper than a padded chunk)
@@ -101,14 +106,13 @@ _REFUSED = {"aten::matmul", "aten::mm", "aten::addmm", "aten::bmm", "aten::baddb
 def _aten_op(node):
     """The overload a node's schema names, called with its keyword-only arguments by name
     (resolved once, not at each call)."""
-    schema = torch._C.parse_schema(node.schema())
+    n_args, kw = torch_compat.schema_arguments(node.schema())
     name = node.schema().split("(", 1)[0]  # e.g. "aten::mean.dim"
     base, _, overload = name.partition(".")
     op = getattr(getattr(torch.ops.aten, base.split("::", 1)[1]), overload or "default")
-    kw = [a.name for a in schema.arguments if a.kwarg_only]
     if not kw:
         return op
-    npos = len(schema.arguments) - len(kw)
+    npos = n_args - len(kw)
 
     def call(*args):
         return op(*args[:npos], **dict(zip(kw, args[npos:])))
@@ -231,7 +235,8 @@ def rowwise_or_none(graph, alone, obs_shape, owner=None, dtype=torch.float32) ->
         rw = RowwiseGraph(graph, owner, alone)
     except Unsupported:
         return None
-    except Exception:  # noqa: BLE001 - a graph the interpreter cannot read keeps the loop
+    except Exception as exc:  # noqa: BLE001 - a graph the interpreter cannot read keeps the loop
+        log.debug("graph not interpreted row-wise (%s: %s): the per-row loop", type(exc).__name__, exc)
         return None
     rng = np.random.default_rng(0)
     try:
@@ -244,6 +249,7 @@ def rowwise_or_none(graph, alone, obs_shape, owner=None, dtype=torch.float32) ->
                     want = _stack([alone(probe[j:j + 1].clone()) for j in range(size)])
                     if not _equal(got, want):
                         return None
-    except Exception:  # noqa: BLE001 - an operation that fails at run time: the loop
+    except Exception as exc:  # noqa: BLE001 - an operation that fails at run time: the loop
+        log.debug("row-wise graph failed on its probes (%s: %s): the per-row loop", type(exc).__name__, exc)
         return None
     return rw
