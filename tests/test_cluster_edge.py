@@ -152,3 +152,23 @@ def test_token_auth_follows_ray_auth_mode(monkeypatch):
 
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # as conftest sets it for the whole session
     assert ray_compat.token_auth_on() is False
+
+
+def test_a_batch_whose_actor_was_lost_goes_to_the_next_actor_after_a_back_off_then_fails(monkeypatch):
+    """``RolloutPool._lost``: a chunk whose actor was lost (a node gone) is resubmitted to the next
+    actor after a growing wait, at most ``LOST_ACTOR_TRIES`` times; then the error is raised."""
+    from orchestrator.cluster import pool
+
+    waits: list = []
+    monkeypatch.setattr(pool.time, "sleep", waits.append)
+    p = object.__new__(pool.RolloutPool)
+    p.actors = ["a0", "a1", "a2"]
+    exc = RuntimeError("actor unavailable")
+    assert [p._lost(exc, t, i, "a chunk") for t, i in ((0, 0), (1, 1), (2, 2))] == [1, 2, 0]
+    assert waits == [0.5, 1.0, 2.0]
+    p._lost(exc, pool.LOST_ACTOR_TRIES - 1, 0, "a chunk")
+    assert max(waits) == pool.LOST_ACTOR_MAX_WAIT_S
+    with pytest.raises(RuntimeError, match="actor unavailable"):
+        p._lost(exc, pool.LOST_ACTOR_TRIES, 0, "a chunk")
+    schedule = [min(pool.LOST_ACTOR_MAX_WAIT_S, 0.5 * 2 ** t) for t in range(pool.LOST_ACTOR_TRIES)]
+    assert 30 <= sum(schedule) <= 60  # the tries outlast a node's death being noticed (~15-30 s), not much more

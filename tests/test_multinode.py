@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -63,6 +65,31 @@ def sees(pid: int, path: Path | str) -> bool:
     return os.path.exists(f"/proc/{pid}/root{Path(path)}")
 
 
+def dashboard_data(cluster, path: str) -> dict:
+    """The ``data`` of one of the dashboard's own HTTP endpoints (those its pages read)."""
+    import urllib.request
+
+    req = urllib.request.Request(cluster.dashboard_url + path, headers={"Authorization": f"Bearer {cluster.token}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())["data"]
+
+
+def pip_installed_deltarl(tmp_path: Path) -> tuple[Path, dict]:
+    """deltarl installed without ``-e`` into ``tmp_path/site`` (built from a copy of the package's
+    files, so the checkout gets no build folder): ``(its deltarl script, an environment that
+    imports it ahead of the venv's editable install)``."""
+    src, site = tmp_path / "src", tmp_path / "site"
+    for part in ("envs", "workers", "orchestrator", "experiments"):
+        shutil.copytree(CHECKOUT / part, src / part, ignore=shutil.ignore_patterns("__pycache__", "results", "*.pyc"))
+    for f in ("pyproject.toml", "README.md"):
+        shutil.copy(CHECKOUT / f, src / f)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--target", str(site), str(src)], check=True, capture_output=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env["PYTHONPATH"] = str(site)
+    return site / "bin" / "deltarl", env
+
+
 BOOKKEEPING = ("CampaignProgress",)  # deltarl's zero-CPU actors that hold no work (the progress counter)
 
 
@@ -92,7 +119,6 @@ def work_placement(cluster, job_id: str) -> dict:
 def test_quickstart_job_with_an_aut_only_the_submitter_has(cluster, client_env, tmp_path):
     """The quick start (small budgets) submitted with an AUT file in the submitter's /tmp, that no
     node can read: it runs on the workers only, its run folder lands on the shared volume."""
-    from orchestrator.campaign.config import load_campaign
     from orchestrator.cluster import jobs
 
     aut = tmp_path / "my-agent" / "agent.d3"  # the submitter's own file, outside any checkout
@@ -105,10 +131,26 @@ def test_quickstart_job_with_an_aut_only_the_submitter_has(cluster, client_env, 
     qs["safety"]["budget"], qs["optimality"]["budget"] = {"episodes": 64}, {"episodes": 64}
     qs["challenger"].update(steps=200, eval_episodes=10)
     p.write_text(yaml.safe_dump(qs, sort_keys=False))
-    job_id = jobs.submit(load_campaign(p, output=str(out)), address=cluster.dashboard_url)
-    status = jobs.wait(job_id, cluster.dashboard_url, timeout=900)
+    # submitted with the `deltarl` of a non-editable `pip install` (outside the checkout), from
+    # another directory: the job ships that installation's code and data, not the checkout's
+    deltarl, env = pip_installed_deltarl(tmp_path)
+    env.update(cluster.client_env())
+    where_from = subprocess.run([sys.executable, "-c", "import orchestrator, experiments; "
+                                 "print(orchestrator.__file__, experiments.__file__)"],
+                                env=env, cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert str(CHECKOUT) not in where_from and str(tmp_path) in where_from, where_from
+    job_id, cli = "qs-pip-installed", [str(deltarl)]
+    sub = subprocess.run([*cli, "submit", str(p), "--out", str(out), "--address", cluster.dashboard_url,
+                          "--id", job_id, "--wait"], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=900)
     log = jobs.logs(job_id, cluster.dashboard_url)
-    assert status == "SUCCEEDED", log[-4000:]
+    assert sub.returncode == 0 and f"{job_id}: SUCCEEDED" in sub.stdout, (sub.stdout, sub.stderr[-2000:], log[-4000:])
+    listed = subprocess.run([*cli, "jobs", "--address", cluster.dashboard_url], env=env, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    row = next((line for line in listed.stdout.splitlines() if job_id in line), "")
+    assert listed.returncode == 0 and "SUCCEEDED" in row and str(out) in row, listed.stdout + listed.stderr
+    printed = subprocess.run([*cli, "logs", job_id, "--address", cluster.dashboard_url], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+    assert printed.returncode == 0 and printed.stdout == log and str(out) in printed.stdout, printed.stderr[-2000:]
 
     results = json.loads((out / "results.json").read_text())
     assert results["safety"]["episodes"] == 64 and results["optimality"]["cases"] > 0, results
@@ -122,6 +164,18 @@ def test_quickstart_job_with_an_aut_only_the_submitter_has(cluster, client_env, 
     assert where.get("head", 0) == 0 and where["driver"] != "head", where  # num-cpus 0: no work on the head
     assert all(name.split(".")[0] in BOOKKEEPING for name in where["zero-CPU on head"]), where
     assert where.get("worker1", 0) > 0 and where.get("worker2", 0) > 0, where  # rollout actors on both workers
+
+    # what the dashboard's own pages are drawn from: its Cluster page lists the three nodes, its
+    # Actors page the campaign's rollout actors, each on a worker
+    names = cluster.node_names()
+    summary = dashboard_data(cluster, "/nodes?view=summary")["summary"]
+    shown_nodes = sorted(names[n["raylet"]["nodeId"]] for n in summary if n["raylet"].get("state") == "ALIVE")
+    assert shown_nodes == ["head", "worker1", "worker2"], summary
+    actors = dashboard_data(cluster, "/logical/actors")["actors"].values()
+    rollouts = {a["name"]: names.get(a["address"]["nodeId"]) for a in actors
+                if (a.get("name") or "").startswith(f"{qs['name']}/safety/rollout-")}
+    assert sorted(rollouts) == [f"{qs['name']}/safety/rollout-{i}" for i in (0, 1)], rollouts
+    assert set(rollouts.values()) <= {"worker1", "worker2"}, rollouts
 
     for node in cluster.nodes:  # no process of any node can read the submitter's files
         pids = node.pids()
@@ -144,7 +198,7 @@ base:
   optimality: {{fuzzer: delta, budget: {{episodes: 32}}, generation_size: 16}}
 axes:
   seed: [0, 1]
-resources: {{num_cpus: 1}}
+resources: {{num_cpus: 2}}
 """
 
 
@@ -167,6 +221,16 @@ def verdicts(folder: Path) -> dict:
         assert episodes["episode_id"].is_unique, run.name  # no episode written twice
         out[(run.name, "episodes per phase")] = episodes.groupby("phase").size().to_dict()
     return out
+
+
+def mlflow_runs(db: Path) -> dict[str, str | None]:
+    """``{run id: its deltarl.source tag or None}`` of the active runs of an MLflow SQLite file."""
+    con = sqlite3.connect(db)
+    try:
+        return dict(con.execute("SELECT r.run_uuid, t.value FROM runs r LEFT JOIN tags t ON t.run_uuid = r.run_uuid "
+                                "AND t.key = 'deltarl.source' WHERE r.lifecycle_stage = 'active'").fetchall())
+    finally:
+        con.close()
 
 
 def run_grid_job(cluster, tmp_path, name: str, during=None) -> tuple[str, Path]:
@@ -199,33 +263,42 @@ def campaign_tasks(cluster, job_id: str) -> list[dict]:
 
 
 def test_a_node_lost_mid_grid(cluster, client_env, tmp_path):
-    """kill -9 every process of a worker node while campaigns of a grid (their safety phase, the
-    challenger training) run there, then add a fresh node: the grid finishes, its campaigns on
-    the lost node run again (Ray retries the task, the campaign resumes its run folder) and every
-    failures.parquet / bugs.parquet equals that of an undisturbed run of the same grid."""
+    """While a grid's two campaigns run, one on each worker (each reserves a whole 2-CPU node), a
+    third node joins and then one worker loses every process to ``kill -9`` (its safety phase or
+    challenger training running): the lost campaign runs again on the node that joined (the
+    surviving worker is busy: nowhere else has room), resumes its run folder on the shared
+    volume, and every failures.parquet / bugs.parquet equals that of an undisturbed run."""
     killed = {}
 
-    def kill_a_worker(job_id: str) -> None:
+    def add_a_node_then_kill_a_worker(job_id: str) -> None:
         t0 = time.monotonic()
         running: list = []
-        while not running and time.monotonic() - t0 < 600:
+        while len(running) < 2 and time.monotonic() - t0 < 600:
             time.sleep(1.0)
             running = [t for t in campaign_tasks(cluster, job_id)
                        if t.get("state") == "RUNNING" and t["node"].startswith("worker")]
-        assert running, "no campaign of the grid ran on a worker node"
-        time.sleep(20)  # well into the campaigns (safety written, the challenger training)
-        nodes = [t["node"] for t in running]
-        victim = max(set(nodes), key=nodes.count)  # the worker that runs the most campaigns
-        killed.update(node=victim, tasks=nodes.count(victim), processes=cluster.kill_node(victim))
-        killed["added"] = cluster.add_node({"num_cpus": 2}).name  # a node joins mid-grid
+        assert sorted(t["node"] for t in running) == ["worker1", "worker2"], running
+        started = time.monotonic()
+        killed["added"] = cluster.add_node({"num_cpus": 2}).name  # a node joins mid-grid, idle
+        time.sleep(max(0.0, 20 - (time.monotonic() - started)))  # well into the campaigns
+        still = [t["node"] for t in campaign_tasks(cluster, job_id) if t.get("state") == "RUNNING"]
+        assert sorted(still) == ["worker1", "worker2"], still  # both still running: the survivor stays busy
+        killed.update(node="worker1", processes=cluster.kill_node("worker1"))
 
-    storm_job, storm = run_grid_job(cluster, tmp_path, "storm", during=kill_a_worker)
-    assert killed["processes"] > 0 and killed["tasks"] > 0, killed
+    storm_job, storm = run_grid_job(cluster, tmp_path, "storm", during=add_a_node_then_kill_a_worker)
+    assert killed["processes"] > 0 and killed["added"] == "worker3", killed
     tasks = campaign_tasks(cluster, storm_job)
     where = sorted((t.get("attempt_number", 0), t["node"], t.get("state")) for t in tasks)
-    assert max(a for a, _, _ in where) >= 1, (killed, where)  # a campaign of the lost node ran again
-    assert all(node.startswith("worker") for _, node, _ in where), where  # never on the head
     print("node lost mid-grid:", killed, "campaign attempts (attempt, node, state):", where)
+    assert all(node.startswith("worker") for _, node, _ in where), where  # never on the head
+    retried = [(a, node) for a, node, _ in where if a >= 1]
+    assert retried and all(node == "worker3" for _, node in retried), (killed, where)  # the grid used the new node
+
+    # MLflow: each campaign wrote its own database; the grid's driver copied every run of them
+    # (the killed attempt's too) into the grid's, once each
+    own = {f"{d.name}/{rid}" for d in storm.glob("mn-*") for rid in mlflow_runs(d / "mlflow.db")}
+    merged = sorted(mlflow_runs(storm / "mlflow.db").values(), key=str)
+    assert len(own) >= 4 and merged == sorted(own), (merged, own)  # safety and optimality of both campaigns
 
     _, calm = run_grid_job(cluster, tmp_path, "calm")
     a, b = pd.read_parquet(storm / "results.parquet"), pd.read_parquet(calm / "results.parquet")
@@ -239,3 +312,66 @@ def test_a_node_lost_mid_grid(cluster, client_env, tmp_path):
         else:
             pd.testing.assert_frame_equal(va[key], vb[key], obj=str(key))
     assert sum(len(v) for k, v in va.items() if k[1] != "episodes per phase") > 0  # something to compare
+
+
+def test_a_node_lost_while_rollout_actors_run_there(cluster, client_env, tmp_path):
+    """A campaign's safety phase on two rollout actors, submitted as a job: while it runs, every
+    process of a worker that hosts a rollout actor (and not the job's driver) is killed and a
+    fresh node joins. Ray restarts the lost actor on a node with room and reruns its batch (the
+    pool's ``max_task_retries``; a batch is a pure function of its states and seeds): the job
+    succeeds and its failures and episodes equal those of an undisturbed run."""
+    from orchestrator.campaign.config import load_campaign
+    from orchestrator.cluster import jobs
+
+    qs = yaml.safe_load((CHECKOUT / "experiments" / "quickstart.yaml").read_text())
+    qs = {k: v for k, v in qs.items() if k not in ("challenger", "optimality")}  # the safety phase only
+    qs.update(aut="zoo:CartPole-v1", workers=2)
+    qs["safety"]["budget"] = {"episodes": 4000}
+    p = tmp_path / "safety.yaml"
+    p.write_text(yaml.safe_dump(qs, sort_keys=False))
+    lost: dict = {}
+
+    def run(name: str, during=None) -> Path:
+        out = cluster.shared / "actors" / name / "mn-0"
+        job_id = jobs.submit(load_campaign(p, output=str(out)), address=cluster.dashboard_url)
+        if during is not None:
+            during(job_id)
+        status = jobs.wait(job_id, cluster.dashboard_url, timeout=900)
+        assert status == "SUCCEEDED", jobs.logs(job_id, cluster.dashboard_url)[-4000:]
+        return out.parent
+
+    def kill_a_node_with_a_rollout_actor(job_id: str) -> None:
+        t0, victim = time.monotonic(), None
+        while victim is None and time.monotonic() - t0 < 600:
+            time.sleep(0.5)
+            job = cluster.job(job_id)
+            if not job.get("job_id") or not job.get("driver_node_id"):
+                continue
+            nodes = cluster.node_names()
+            actors = [a for a in cluster.state("actors", job_id=job["job_id"])
+                      if a.get("class_name") == "RolloutWorker" and a.get("state") == "ALIVE"]
+            hosts = [nodes.get(a["node_id"]) for a in actors if a["node_id"] != job["driver_node_id"]]
+            if len(actors) == 2 and hosts:
+                victim = hosts[0]
+        assert victim is not None, "the campaign's two rollout actors did not start"
+        time.sleep(2.0)  # a few batches in
+        assert jobs.status(job_id, cluster.dashboard_url) == "RUNNING"
+        lost.update(node=victim, job=job_id, processes=cluster.kill_node(victim))
+        lost["added"] = cluster.add_node({"num_cpus": 2}).name
+
+    storm = run("storm", during=kill_a_node_with_a_rollout_actor)
+    assert lost["processes"] > 0, lost
+    ray_job = cluster.job(lost["job"])["job_id"]
+    restarts = [int(a.get("num_restarts") or 0) for a in cluster.state("actors", job_id=ray_job)
+                if a.get("class_name") == "RolloutWorker"]
+    print("node lost under a rollout actor:", lost, "actor restarts:", restarts)
+    assert max(restarts) >= 1, restarts  # the lost actor was restarted elsewhere
+    calm = run("calm")
+    va, vb = verdicts(storm), verdicts(calm)
+    assert sorted(va) == sorted(vb)
+    for key in va:
+        if isinstance(va[key], dict):
+            assert va[key] == vb[key], (key, va[key], vb[key])  # no episode missing or duplicated
+        else:
+            pd.testing.assert_frame_equal(va[key], vb[key], obj=str(key))
+    assert len(va[("mn-0", "failures")]) > 0  # something to compare

@@ -25,8 +25,12 @@ Every campaign goes to ``OUTPUT/<name>-<index>/`` and is validated before anythi
 runs as a Ray task: the tasks are spread over the cluster by their resource requests, and one
 failing campaign does not stop the others. Resuming a grid skips the campaigns that finished.
 Results: ``OUTPUT/results.parquet`` and ``results.md``, one row per campaign (the axis values,
-then the headline figures of each phase it ran). MLflow: every campaign logs to
-``OUTPUT/mlflow.db``, in one experiment named after the grid, with the phase as a tag.
+then the headline figures of each phase it ran). MLflow: each campaign logs to its own run
+folder's ``mlflow.db`` (one writer per file, on whichever node it runs), in an experiment named
+after the grid with the phase as a tag; the grid's driver copies each finished campaign's runs
+into ``OUTPUT/mlflow.db`` (:func:`orchestrator.runs.tracking.merge_runs`), so the grid's
+database has one writer too. With ``MLFLOW_TRACKING_URI`` set (a tracking server), every
+campaign logs there directly instead.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -49,6 +54,8 @@ from orchestrator.runs import tracking
 from orchestrator.runs.layout import RunFolder
 from orchestrator.runs.store import atomic_write_bytes, atomic_write_table
 from workers.yamlfile import load_yaml
+
+log = logging.getLogger(__name__)
 
 
 class GridError(ValueError):
@@ -142,16 +149,21 @@ def expand(grid: dict) -> list[tuple[dict, object]]:
     return out
 
 
-def _run_one(campaign_dict: dict, tracking_uri: str, experiment: str) -> dict:
+def _run_one(campaign_dict: dict, tracking_uri: str | None, experiment: str) -> dict:
     """Body of the Ray task: one campaign, in this worker process (whose environment is put back
-    afterwards: Ray reuses worker processes)."""
+    afterwards: Ray reuses worker processes). ``tracking_uri``: where its MLflow runs go (a
+    tracking server); None: its own run folder's ``mlflow.db``, copied into the grid's later."""
     import torch
 
     from orchestrator.campaign.pipeline import run_campaign  # torch, d3rlpy
 
     saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", "DELTARL_MLFLOW_EXPERIMENT",
                                              "DELTARL_CHALLENGER_CACHE")}
-    os.environ.update(MLFLOW_TRACKING_URI=tracking_uri, DELTARL_MLFLOW_EXPERIMENT=experiment)
+    os.environ["DELTARL_MLFLOW_EXPERIMENT"] = experiment
+    if tracking_uri:
+        os.environ["MLFLOW_TRACKING_URI"] = tracking_uri
+    else:
+        os.environ.pop("MLFLOW_TRACKING_URI", None)
     # campaigns of a grid that share a safety run (same seed, same D) train each challenger once
     os.environ.setdefault("DELTARL_CHALLENGER_CACHE", str(Path(campaign_dict["output"]).parent / "challenger-cache"))
     torch.set_num_threads(1)
@@ -250,6 +262,16 @@ def chosen(points: list, only: dict | None) -> list[bool]:
     return picked
 
 
+def _merge_tracking(c, out: Path, experiment: str) -> None:
+    """Copy campaign ``c``'s MLflow runs into the grid's database; a failure costs a warning (the
+    campaign's own ``mlflow.db`` keeps everything, and the next run of the grid copies again)."""
+    try:
+        tracking.merge_runs(Path(c.output) / "mlflow.db", out, experiment, label=Path(c.output).name)
+    except Exception as exc:  # noqa: BLE001 - MLflow's errors have no common base; nothing is lost
+        log.warning("could not copy %s's MLflow runs into %s (%s: %s); they stay in its own mlflow.db",
+                    Path(c.output).name, out / "mlflow.db", type(exc).__name__, exc)
+
+
 def run_grid(grid: dict, *, progress: bool = True, only: dict | None = None) -> pd.DataFrame:
     """Run the grid's unfinished campaigns (those matching ``only``, when given: the others are
     left for a later run and reported only when an earlier run finished them)."""
@@ -258,8 +280,8 @@ def run_grid(grid: dict, *, progress: bool = True, only: dict | None = None) -> 
     out = Path(grid["output"])
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / "grid.json", json.dumps(grid, indent=2, default=str).encode())
-    tracking_uri = f"sqlite:///{out.resolve() / 'mlflow.db'}"
-    tracking.ensure_experiment(out, grid["name"], tracking_uri)  # created once, before the tasks race
+    server = os.environ.get("MLFLOW_TRACKING_URI") or None  # campaigns log there; else each to its folder
+    tracking.ensure_experiment(out, grid["name"], server or f"sqlite:///{out.resolve() / 'mlflow.db'}")
     rows: list[dict | None] = [None] * len(points)
     todo = []
     for i, (point, c) in enumerate(points):
@@ -272,13 +294,19 @@ def run_grid(grid: dict, *, progress: bool = True, only: dict | None = None) -> 
     bar = tqdm(total=n_rows, initial=n_rows - len(todo), unit="campaign", desc=grid["name"],
                disable=not progress)
     res = grid.get("resources") or {}
-    calls = [(points[i][1].to_dict(), tracking_uri, grid["name"]) for i in todo]
+    calls = [(points[i][1].to_dict(), server, grid["name"]) for i in todo]
     for k, result, exc in run_tasks(_run_one, calls, num_cpus=res.get("num_cpus", 1), num_gpus=res.get("num_gpus", 0)):
         point, c = points[todo[k]]
         error = None if exc is None else f"{type(exc).__name__}: {str(exc).splitlines()[-1][:300]}"
         rows[todo[k]] = row(point, c, result, error=error)  # one failing campaign does not stop the grid
+        if server is None:
+            _merge_tracking(c, out, grid["name"])
         bar.update(1)
     bar.close()
+    if server is None:  # campaigns finished by an earlier run whose driver stopped before copying
+        for i, (_, c) in enumerate(points):
+            if rows[i] is not None and i not in todo:
+                _merge_tracking(c, out, grid["name"])
     df = pd.DataFrame([r for r in rows if r is not None])
     atomic_write_table(out / "results.parquet", pa.Table.from_pandas(df, preserve_index=False))
     atomic_write_bytes(out / "results.md", markdown_table(df).encode())

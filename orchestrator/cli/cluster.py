@@ -94,9 +94,11 @@ def register(sub) -> None:
     addr = {"default": None, "help": "the head's job API, e.g. http://HEAD:8265 (default: RAY_API_SERVER_ADDRESS, "
                                      "RAY_ADDRESS or http://127.0.0.1:8265)"}
     p = sub.add_parser("submit", help="submit a campaign to a Ray cluster as a Ray Job",
-                       description="Submit a campaign as a Ray Job: this repository is uploaded as the working "
-                       "directory (gitignored folders stay behind), the job runs `deltarl run` on the cluster, "
-                       "writing to the absolute output folder (--out or the campaign's, made absolute here). "
+                       description="Submit a campaign as a Ray Job: the installed deltarl's code and data (a checkout "
+                       "or a pip install) go to the nodes as py_modules, the campaign's own files (its AUT, "
+                       "challenger, presets) in the job's working directory; the job runs `deltarl run` on the "
+                       "cluster, writing to the absolute output folder (--out or the campaign's, made absolute "
+                       "here: a path every node reaches). "
                        "With token auth (Ray >= 2.59) set RAY_AUTH_MODE=token and the token "
                        "(RAY_AUTH_TOKEN or ~/.ray/auth_token).")
     p.add_argument("campaign", help="campaign YAML file")

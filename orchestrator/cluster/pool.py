@@ -4,11 +4,28 @@ as the dashboard lists them."""
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Iterator
 
 import numpy as np
 
 from workers.rollout import RolloutResult, RolloutWorker
+
+log = logging.getLogger(__name__)
+# How often the pool resubmits one batch whose actor was lost, beyond Ray's own task retries, and
+# the longest wait between two tries. Ray's retries run out within seconds while a lost *node*'s
+# actor is "temporarily unavailable": until the head declares the node dead (its health checks,
+# ~15-30 s) nothing restarts the actor. tests/test_multinode.py: a node killed under a rollout actor.
+LOST_ACTOR_TRIES = 8
+LOST_ACTOR_MAX_WAIT_S = 10.0
+
+
+def lost_actor_errors() -> tuple:
+    """Ray's errors that mean the actor, not the batch, failed: the batch can run elsewhere."""
+    from ray.exceptions import ActorDiedError, ActorUnavailableError
+
+    return (ActorUnavailableError, ActorDiedError)
 
 
 def rollout_actor_class(num_gpus: float = 0.0, num_cpus: float = 1.0, max_restarts: int = 3,
@@ -93,7 +110,7 @@ class RolloutPool:
         ]
         ray.get([a.ping.remote() for a in self.actors])  # surface load errors now, not mid-run
         self.policy_hashes = ray.get(self.actors[0].policy_hashes.remote())
-        self._pending: dict = {}  # steady state: ref -> (key, actor index)
+        self._pending: dict = {}  # steady state: ref -> (key, actor index, the call's arguments, tries)
         self._load = [0] * len(self.actors)  # units in flight per actor
 
     # -- steady state (async campaigns): submit units, take them back as they finish ------------
@@ -101,10 +118,20 @@ class RolloutPool:
                max_steps: int | None = None) -> None:
         """Run ``states`` as one task under ``key`` on the actor with the fewest units in flight."""
         i = min(range(len(self.actors)), key=lambda j: self._load[j])
-        ref = self.actors[i].run.remote(np.asarray(states, dtype=np.float64), roles=roles, repeats=repeats, seed=seed,
-                                        max_steps=max_steps, state_offset=0)
-        self._pending[ref] = (key, i)
+        args = {"states": np.asarray(states, dtype=np.float64), "roles": roles, "repeats": repeats, "seed": seed,
+                "max_steps": max_steps, "state_offset": 0}
+        self._pending[self.actors[i].run.remote(**args)] = (key, i, args, 0)
         self._load[i] += 1
+
+    def _lost(self, exc: Exception, tries: int, i: int, what: str) -> int:
+        """After an actor was lost under a batch: the actor to resubmit it to (the next one), once
+        a back-off has passed; raises when the batch has been tried :data:`LOST_ACTOR_TRIES` times."""
+        if tries >= LOST_ACTOR_TRIES:
+            raise exc
+        log.warning("rollout actor %d lost under %s (%s), resubmitting it (try %d of %d)",
+                    i, what, type(exc).__name__, tries + 1, LOST_ACTOR_TRIES)
+        time.sleep(min(LOST_ACTOR_MAX_WAIT_S, 0.5 * 2 ** tries))
+        return (i + 1) % len(self.actors)
 
     @property
     def units_in_flight(self) -> int:
@@ -118,15 +145,20 @@ class RolloutPool:
 
         if not self._pending:
             raise ValueError("no work in flight")
-        if key is None:
-            done, _ = ray.wait(list(self._pending), num_returns=1)
-            ref = done[0]
-        else:
-            ref = next(r for r, (k, _) in self._pending.items() if k == key)
-        result = ray.get(ref)
-        k, i = self._pending.pop(ref)
-        self._load[i] -= 1
-        return k, result
+        while True:
+            if key is None:
+                done, _ = ray.wait(list(self._pending), num_returns=1)
+                ref = done[0]
+            else:
+                ref = next(r for r, (k, *_) in self._pending.items() if k == key)
+            k, i, args, tries = self._pending.pop(ref)
+            self._load[i] -= 1
+            try:
+                return k, ray.get(ref)
+            except lost_actor_errors() as exc:  # the same batch elsewhere: a pure function of its arguments
+                j = self._lost(exc, tries, i, f"unit {k!r}")
+                self._pending[self.actors[j].run.remote(**args)] = (k, j, args, tries + 1)
+                self._load[j] += 1
 
     def map(self, states: np.ndarray, *, roles: list[str] | None = None, repeats: int = 1, seed: int = 0,
             max_steps: int | None = None, chunk: int | None = None) -> Iterator[tuple[int, RolloutResult]]:
@@ -143,23 +175,26 @@ class RolloutPool:
         todo.reverse()
         pending: dict = {}
 
-        def submit(actor):
-            lo, part = todo.pop()
-            ref = actor.run.remote(part, roles=roles, repeats=repeats, seed=seed, max_steps=max_steps,
-                                   state_offset=lo)
-            pending[ref] = (actor, lo)
+        def submit(i: int, lo: int, part: np.ndarray, tries: int = 0) -> None:
+            ref = self.actors[i].run.remote(part, roles=roles, repeats=repeats, seed=seed, max_steps=max_steps,
+                                            state_offset=lo)
+            pending[ref] = (i, lo, part, tries)
 
         for _ in range(self.in_flight):
-            for actor in self.actors:
+            for i in range(len(self.actors)):
                 if todo:
-                    submit(actor)
+                    submit(i, *todo.pop())
         while pending:
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
-                actor, lo = pending.pop(ref)
-                result = ray.get(ref)
+                i, lo, part, tries = pending.pop(ref)
+                try:
+                    result = ray.get(ref)
+                except lost_actor_errors() as exc:  # the same chunk elsewhere: a pure function of its states
+                    submit(self._lost(exc, tries, i, f"the chunk at state {lo}"), lo, part, tries + 1)
+                    continue
                 if todo:
-                    submit(actor)
+                    submit(i, *todo.pop())
                 yield lo, result
 
     def call(self, method: str, *args) -> list:

@@ -229,6 +229,71 @@ def ensure_experiment(run_dir: str | os.PathLike, experiment: str, uri: str | No
         return client.get_experiment_by_name(experiment).experiment_id
 
 
+SOURCE_TAG = "deltarl.source"  # on a run copied into a grid's database: "<campaign folder>/<its run id>"
+COPYING_TAG = "deltarl.copying"  # on such a copy until it is complete
+
+
+def merge_runs(src_db: str | os.PathLike, dst_dir: str | os.PathLike, experiment: str, label: str) -> int:
+    """Copy the runs of one campaign's own ``src_db`` into ``experiment`` of the SQLite database
+    ``dst_dir/mlflow.db`` (a grid's), skipping those copied before; returns how many it copied.
+
+    A grid's campaigns run on any node and each writes only its own run folder's database; the
+    grid's driver, one process, copies each finished campaign's runs here, so no SQLite file ever
+    has two writers (SQLite's locks are not reliable on NFS). Copied: the run's name, tags,
+    params, every metric's whole history (steps and timestamps), status and start and end times.
+    The artifacts stay in the campaign's folder: the copy's artifact location is the original's.
+    Each copy carries :data:`SOURCE_TAG` = ``label/<run id>``, set last; until then it carries
+    ``deltarl.copying``: a copy cut short (the driver killed meanwhile) is deleted by the next
+    merge, which copies that run again in full."""
+    import sqlite3
+
+    import mlflow
+    from mlflow.entities import Param
+
+    src_db, dst_dir = Path(src_db), Path(dst_dir)
+    dst_db = dst_dir / "mlflow.db"
+    if not src_db.is_file():
+        return 0
+    src = mlflow.MlflowClient(tracking_uri=f"sqlite:///{src_db.resolve()}")
+    dst_uri = f"sqlite:///{dst_db.resolve()}"
+    dst = mlflow.MlflowClient(tracking_uri=dst_uri)
+    exp_id = ensure_experiment(dst_dir, experiment, dst_uri)
+    copied = set()
+    for r in dst.search_runs([exp_id], max_results=50000):
+        if SOURCE_TAG in r.data.tags:
+            copied.add(r.data.tags[SOURCE_TAG])
+        elif r.data.tags.get(COPYING_TAG, "").startswith(f"{label}/"):
+            dst.delete_run(r.info.run_id)  # cut short by an earlier merge
+    runs = src.search_runs([e.experiment_id for e in src.search_experiments()], max_results=50000,
+                           order_by=["attributes.start_time ASC"])
+    n = 0
+    for run in runs:
+        source = f"{label}/{run.info.run_id}"
+        if source in copied:
+            continue
+        tags = {**{k: v for k, v in run.data.tags.items() if k != SOURCE_TAG}, COPYING_TAG: source}
+        new = dst.create_run(exp_id, start_time=run.info.start_time, tags=tags, run_name=run.info.run_name)
+        rid = new.info.run_id
+        params = [Param(k, v) for k, v in run.data.params.items()]
+        for i in range(0, len(params), 100):  # MLflow's batch limits: 100 params, 1000 metrics
+            dst.log_batch(rid, params=params[i:i + 100])
+        history = [m for key in sorted(run.data.metrics) for m in src.get_metric_history(run.info.run_id, key)]
+        for i in range(0, len(history), 1000):
+            dst.log_batch(rid, metrics=history[i:i + 1000])
+        con = sqlite3.connect(str(dst_db), timeout=60)  # MLflow has no call that sets a run's artifact location
+        try:
+            with con:
+                con.execute("UPDATE runs SET artifact_uri = ? WHERE run_uuid = ?", (run.info.artifact_uri, rid))
+        finally:
+            con.close()
+        if run.info.status != "RUNNING":
+            dst.set_terminated(rid, status=run.info.status, end_time=run.info.end_time)
+        dst.set_tag(rid, SOURCE_TAG, source)
+        dst.delete_tag(rid, COPYING_TAG)
+        n += 1
+    return n
+
+
 def end_run(tracking: dict, status: str = "FINISHED") -> None:
     import mlflow
 
