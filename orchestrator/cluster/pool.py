@@ -118,7 +118,7 @@ class RolloutPool:
                max_steps: int | None = None) -> None:
         """Run ``states`` as one task under ``key`` on the actor with the fewest units in flight."""
         i = min(range(len(self.actors)), key=lambda j: self._load[j])
-        args = {"states": np.asarray(states, dtype=np.float64), "roles": roles, "repeats": repeats, "seed": seed,
+        args = {"initial_states": np.asarray(states, dtype=np.float64), "roles": roles, "repeats": repeats, "seed": seed,
                 "max_steps": max_steps, "state_offset": 0}
         self._pending[self.actors[i].run.remote(**args)] = (key, i, args, 0)
         self._load[i] += 1
