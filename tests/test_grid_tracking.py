@@ -28,8 +28,8 @@ def test_a_grids_database_gets_each_campaigns_runs_once_whole_and_from_one_write
     monkeypatch.delenv("DELTARL_MLFLOW_EXPERIMENT")
     assert not (grid / "mlflow.db").exists()  # the campaign wrote only its own database
 
-    assert tracking.merge_runs(camp / "mlflow.db", grid, "g", label="g-000") == 2
-    assert tracking.merge_runs(camp / "mlflow.db", grid, "g", label="g-000") == 0  # copied once
+    assert tracking.merge_runs(camp, grid, "g", label="g-000") == 2
+    assert tracking.merge_runs(camp, grid, "g", label="g-000") == 0  # copied once
     client = mlflow.MlflowClient(f"sqlite:///{grid / 'mlflow.db'}")
     exp = client.get_experiment_by_name("g")
     runs = {r.data.tags["deltarl.phase"]: r for r in client.search_runs([exp.experiment_id])}
@@ -50,7 +50,7 @@ def test_a_grids_database_gets_each_campaigns_runs_once_whole_and_from_one_write
     client.delete_run(runs["optimality"].info.run_id)
     partial = client.create_run(exp.experiment_id, tags={tracking.COPYING_TAG: f"g-000/{cut['run_id']}",
                                                          "deltarl.phase": "optimality"})
-    assert tracking.merge_runs(camp / "mlflow.db", grid, "g", label="g-000") == 1
+    assert tracking.merge_runs(camp, grid, "g", label="g-000") == 1
     left = client.search_runs([exp.experiment_id])
     assert sorted(r.data.tags["deltarl.phase"] for r in left) == ["optimality", "safety"]
     assert partial.info.run_id not in {r.info.run_id for r in left}

@@ -266,7 +266,7 @@ def _merge_tracking(c, out: Path, experiment: str) -> None:
     """Copy campaign ``c``'s MLflow runs into the grid's database; a failure costs a warning (the
     campaign's own ``mlflow.db`` keeps everything, and the next run of the grid copies again)."""
     try:
-        tracking.merge_runs(Path(c.output) / "mlflow.db", out, experiment, label=Path(c.output).name)
+        tracking.merge_runs(c.output, out, experiment, label=Path(c.output).name)
     except Exception as exc:  # noqa: BLE001 - MLflow's errors have no common base; nothing is lost
         log.warning("could not copy %s's MLflow runs into %s (%s: %s); they stay in its own mlflow.db",
                     Path(c.output).name, out / "mlflow.db", type(exc).__name__, exc)
@@ -281,7 +281,7 @@ def run_grid(grid: dict, *, progress: bool = True, only: dict | None = None) -> 
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / "grid.json", json.dumps(grid, indent=2, default=str).encode())
     server = os.environ.get("MLFLOW_TRACKING_URI") or None  # campaigns log there; else each to its folder
-    tracking.ensure_experiment(out, grid["name"], server or f"sqlite:///{out.resolve() / 'mlflow.db'}")
+    tracking.ensure_experiment(out, grid["name"], server or tracking.sqlite_uri(out))
     rows: list[dict | None] = [None] * len(points)
     todo = []
     for i, (point, c) in enumerate(points):
@@ -304,8 +304,9 @@ def run_grid(grid: dict, *, progress: bool = True, only: dict | None = None) -> 
         bar.update(1)
     bar.close()
     if server is None:  # campaigns finished by an earlier run whose driver stopped before copying
+        ran = set(todo)
         for i, (_, c) in enumerate(points):
-            if rows[i] is not None and i not in todo:
+            if rows[i] is not None and i not in ran:
                 _merge_tracking(c, out, grid["name"])
     df = pd.DataFrame([r for r in rows if r is not None])
     atomic_write_table(out / "results.parquet", pa.Table.from_pandas(df, preserve_index=False))

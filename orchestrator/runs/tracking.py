@@ -42,11 +42,13 @@ log = logging.getLogger(__name__)
 WRITER_TIMEOUT_S = float(os.environ.get("DELTARL_MLFLOW_TIMEOUT", "600"))  # how long end() waits for the writer
 
 
+def sqlite_uri(folder: str | os.PathLike) -> str:
+    """The tracking URI of ``folder``'s own ``mlflow.db`` (a run folder's, a grid's)."""
+    return f"sqlite:///{Path(folder).resolve() / 'mlflow.db'}"
+
+
 def tracking_uri_for(run_dir: str | os.PathLike) -> str:
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
-        return env
-    return f"sqlite:///{Path(run_dir).resolve() / 'mlflow.db'}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or sqlite_uri(run_dir)
 
 
 # -- a migrated empty database, copied into each new run folder -----------------------------------
@@ -233,9 +235,9 @@ SOURCE_TAG = "deltarl.source"  # on a run copied into a grid's database: "<campa
 COPYING_TAG = "deltarl.copying"  # on such a copy until it is complete
 
 
-def merge_runs(src_db: str | os.PathLike, dst_dir: str | os.PathLike, experiment: str, label: str) -> int:
-    """Copy the runs of one campaign's own ``src_db`` into ``experiment`` of the SQLite database
-    ``dst_dir/mlflow.db`` (a grid's), skipping those copied before; returns how many it copied.
+def merge_runs(src_dir: str | os.PathLike, dst_dir: str | os.PathLike, experiment: str, label: str) -> int:
+    """Copy the runs of one campaign's own ``src_dir/mlflow.db`` into ``experiment`` of the SQLite
+    database ``dst_dir/mlflow.db`` (a grid's), skipping those copied before; returns how many it copied.
 
     A grid's campaigns run on any node and each writes only its own run folder's database; the
     grid's driver, one process, copies each finished campaign's runs here, so no SQLite file ever
@@ -250,12 +252,12 @@ def merge_runs(src_db: str | os.PathLike, dst_dir: str | os.PathLike, experiment
     import mlflow
     from mlflow.entities import Param
 
-    src_db, dst_dir = Path(src_db), Path(dst_dir)
+    src_dir, dst_dir = Path(src_dir), Path(dst_dir)
     dst_db = dst_dir / "mlflow.db"
-    if not src_db.is_file():
+    if not (src_dir / "mlflow.db").is_file():
         return 0
-    src = mlflow.MlflowClient(tracking_uri=f"sqlite:///{src_db.resolve()}")
-    dst_uri = f"sqlite:///{dst_db.resolve()}"
+    src = mlflow.MlflowClient(tracking_uri=sqlite_uri(src_dir))
+    dst_uri = sqlite_uri(dst_dir)
     dst = mlflow.MlflowClient(tracking_uri=dst_uri)
     exp_id = ensure_experiment(dst_dir, experiment, dst_uri)
     copied = set()
