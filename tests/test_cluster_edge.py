@@ -172,3 +172,28 @@ def test_a_batch_whose_actor_was_lost_goes_to_the_next_actor_after_a_back_off_th
         p._lost(exc, pool.LOST_ACTOR_TRIES, 0, "a chunk")
     schedule = [min(pool.LOST_ACTOR_MAX_WAIT_S, 0.5 * 2 ** t) for t in range(pool.LOST_ACTOR_TRIES)]
     assert 30 <= sum(schedule) <= 60  # the tries outlast a node's death being noticed (~15-30 s), not much more
+
+
+def test_a_node_is_kept_from_the_checkout_wherever_it_lies(monkeypatch):
+    """The multi-node cluster's mount script hides the checkout where it actually is (CI checks
+    out under ``/check/...``, where a fixed ``/work`` left it visible to the head) and binds the
+    Python installation back even when it lies inside a hidden folder."""
+    from orchestrator.cluster import multinode
+
+    outside = Path("/var/tmp") / f"deltarl-edge-{os.getpid()}"  # outside /tmp, /root and /work
+    checkout = outside / "check" / "work" / "main"
+    (checkout / ".venv").mkdir(parents=True)
+    monkeypatch.setattr(multinode, "CHECKOUT", checkout)
+    try:
+        hidden = multinode.hidden_paths()
+        script = multinode.mount_script(outside / "x", outside / "x" / "shared", [str(checkout / ".venv")])
+    finally:
+        import shutil
+
+        shutil.rmtree(outside)
+    assert str(checkout) in hidden
+    assert not any(p != q and Path(p).is_relative_to(q) for p in hidden for q in hidden), hidden
+    lines = script.splitlines()
+    hide = f"mount -t tmpfs -o mode=0755 tmpfs {checkout}"
+    assert hide in lines
+    assert lines.index(hide) < lines.index(f"mount --bind /tmp/.keep/0 {checkout / '.venv'}")

@@ -34,7 +34,17 @@ import sys
 import time
 from pathlib import Path
 
-HIDDEN = ("/tmp", "/root", "/work")  # the submitter's temporary files, home, checkout and run folders
+from workers.resources import CHECKOUT
+
+
+def hidden_paths() -> list[str]:
+    """What a node must not see of the submitter's machine: its temporary files, home, ``/work``
+    and the checkout (with its run folders), outermost only (a folder inside another hidden one
+    is hidden with it). Computed, not fixed: CI checks out elsewhere than ``/work``, and the
+    fixed list of stop 55 let the head see that checkout."""
+    found = {"/tmp", str(Path.home()), "/work", str(CHECKOUT)}
+    paths = sorted(str(Path(p).resolve()) for p in found if p and os.path.isdir(p) and Path(p).resolve() != Path("/"))
+    return [p for p in paths if not any(p != q and Path(p).is_relative_to(q) for q in paths)]
 
 
 def free_port() -> int:
@@ -49,7 +59,7 @@ def python_paths() -> list[str]:
     return sorted({str(Path(sys.prefix).resolve()), str(Path(sys.base_prefix).resolve())})
 
 
-def mount_script(root: Path, shared: Path, keep: list[str], hide=HIDDEN) -> str:
+def mount_script(root: Path, shared: Path, keep: list[str], hide: list[str] | None = None) -> str:
     """Shell lines that, in a fresh private mount namespace, hide ``hide`` and ``root`` behind
     empty tmpfs mounts and bind ``keep`` and ``shared`` back at their own paths."""
     stage = "/tmp/.keep"
@@ -57,8 +67,9 @@ def mount_script(root: Path, shared: Path, keep: list[str], hide=HIDDEN) -> str:
     binds = [*keep, str(shared)]
     for i, p in enumerate(binds):
         lines += [f"mkdir -p {stage}/{i}", f"mount --bind {shlex.quote(p)} {stage}/{i}"]
+    hide = hidden_paths() if hide is None else hide
     for h in [*hide, str(root)]:
-        if h != "/tmp" and os.path.isdir(h):
+        if h != "/tmp" and os.path.isdir(h) and not any(Path(h).is_relative_to(o) for o in hide if o != h):
             lines.append(f"mount -t tmpfs -o mode=0755 tmpfs {shlex.quote(h)}")
     for i, p in enumerate(binds):
         lines += [f"mkdir -p {shlex.quote(p)}", f"mount --bind {stage}/{i} {shlex.quote(p)}"]
