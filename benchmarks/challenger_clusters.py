@@ -52,7 +52,7 @@ def clusters_by_method(members: list, taus) -> tuple[dict, list[str]]:
         s, _ids, _total = bug_trajectories(d, max_sequences=None)
         seqs += s
         owner += [method] * len(s)
-    res = cluster(seqs, taus)
+    res = cluster(seqs, taus, parallel=True)  # a pool of all of a challenger's bugs: ~1 M DTW pairs
     per_tau = {}
     for tau in taus:
         labels = res.labels.get(tau, [])

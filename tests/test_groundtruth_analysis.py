@@ -247,3 +247,19 @@ def test_report_cli_refuses_bad_input_with_exit_2(tmp_path, capsys):
     assert rep.main([str(tmp_path), "--out", str(tmp_path / "o")]) == 2  # an empty folder: no planted runs
     assert "no run with a planted: AUT" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()  # nothing half-written
+
+
+def test_llmtester_without_multi_scale_is_its_own_method(tmp_path):
+    """``multi_scale: false`` (the paper's "w/o ms") is labelled apart from LLMTester, so the
+    ground-truth report and Table II can read both from the same folders without a clash."""
+    from orchestrator.analysis.run_reader import Run
+
+    def run(params):
+        return Run(tmp_path, {"safety": {"fuzzer": "llmtester", "params": params}}, {"fuzzer": "llmtester"}, None,
+                   [], None)
+
+    assert run({"multi_scale": False}).safety_method == "llmtester w/o ms"
+    assert run({"multi_scale": True}).safety_method == "llmtester"
+    assert run({}).safety_method == "llmtester"
+    assert Run(tmp_path, {"safety": {"params": {"multi_scale": False}}}, {"fuzzer": "mdpfuzz"}, None, [],
+               None).safety_method == "mdpfuzz"

@@ -116,8 +116,9 @@ def dtw_matrix(seqs: list[np.ndarray], parallel: bool = False) -> np.ndarray:
 
 
 def cluster(seqs: list[np.ndarray], taus=TAUS, *, method: str = LINKAGE, normalize: str | None = "zscore",
-            ids=None, total: int | None = None) -> Clustering:
-    """Normalise, DTW, agglomerative clustering, cluster counts at every τ · d_max."""
+            ids=None, total: int | None = None, parallel: bool = False) -> Clustering:
+    """Normalise, DTW, agglomerative clustering, cluster counts at every τ · d_max. ``parallel``:
+    the DTW matrix on every core (the same distances; for pools of thousands of sequences)."""
     from scipy.cluster.hierarchy import fcluster, linkage
 
     ids = list(range(len(seqs))) if ids is None else list(ids)
@@ -129,7 +130,7 @@ def cluster(seqs: list[np.ndarray], taus=TAUS, *, method: str = LINKAGE, normali
     if len(seqs) == 1:
         return Clustering({t: 1 for t in taus}, None, float("nan"), labels={t: np.ones(1, int) for t in taus},
                           ids=ids, method=method, normalize=normalize, total=total, lengths=lengths)
-    d = dtw_matrix(normalise(seqs, normalize))
+    d = dtw_matrix(normalise(seqs, normalize), parallel=parallel)
     z = linkage(d, method=method)
     d_max = float(z[:, 2].max())
     labels, counts = {}, {}

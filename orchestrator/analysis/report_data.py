@@ -162,10 +162,7 @@ def safety_search_row(r: Run) -> dict:
     if not s:
         return {}
     fs = s.get("failure_states") or {}
-    params = ((r.campaign or {}).get("safety") or {}).get("params") or {}
-    method = s.get("fuzzer")
-    if method == "llmtester" and params.get("multi_scale") is False:
-        method = "llmtester w/o ms"
+    method = r.safety_method
     tokens = [s.get("llm_prompt_tokens"), s.get("llm_completion_tokens")]
     tl = timeline(r, "safety") if s.get("llm_calls") is not None else None
     alpha = float(tl["alpha"].iloc[-1]) if tl is not None and "alpha" in tl and len(tl) else None

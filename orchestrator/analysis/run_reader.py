@@ -107,7 +107,13 @@ class Run:
 
     @property
     def safety_method(self) -> str | None:
-        return self.safety.get("fuzzer") if self.safety else None
+        """The safety fuzzer, ``llmtester w/o ms`` for LLMTester with ``multi_scale: false`` (the
+        paper's ablation: every mutation asks the LLM)."""
+        if not self.safety:
+            return None
+        params = ((self.campaign or {}).get("safety") or {}).get("params") or {}
+        method = self.safety.get("fuzzer")
+        return "llmtester w/o ms" if method == "llmtester" and params.get("multi_scale") is False else method
 
     @property
     def optimality_method(self) -> str | None:
