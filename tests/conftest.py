@@ -1,10 +1,15 @@
-"""Shared fixtures: one local Ray cluster for the whole test session."""
+"""Shared fixtures: one local Ray cluster for the whole test session, a non-editable install."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import subprocess
 import sys
+import sysconfig
+import venv
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +31,32 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def installed_deltarl(tmp_path) -> Path:
+    """A fresh venv (``tmp_path/fresh``) with deltarl installed from a wheel, not editable, as a
+    user's ``pip install`` leaves it: its own ``bin/python`` and ``bin/deltarl`` import that copy
+    and cannot import the checkout. The wheel is built from a copy of the package's files, so the
+    checkout gets no build folder; third-party packages come from this environment (a plain path
+    line, so its editable install's .pth files are not run)."""
+    checkout = Path(__file__).resolve().parents[1]
+    src, wheels, env_dir = tmp_path / "src", tmp_path / "wheels", tmp_path / "fresh"
+    for part in ("envs", "workers", "orchestrator", "experiments"):
+        shutil.copytree(checkout / part, src / part, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "results"))
+    for f in ("pyproject.toml", "README.md"):
+        shutil.copy(checkout / f, src / f)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
+                    str(src)], check=True, cwd=tmp_path, capture_output=True, timeout=600)
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    py = env_dir / "bin" / "python"
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    # this environment's pip installs into the fresh one (its scripts, e.g. bin/deltarl, point at it)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q",
+                    str(next(wheels.glob("deltarl-*.whl")))], check=True, capture_output=True, timeout=600)
+    return env_dir
 
 
 @pytest.fixture(scope="session")

@@ -263,3 +263,53 @@ def test_llmtester_without_multi_scale_is_its_own_method(tmp_path):
     assert run({}).safety_method == "llmtester"
     assert Run(tmp_path, {"safety": {"params": {"multi_scale": False}}}, {"fuzzer": "mdpfuzz"}, None, [],
                None).safety_method == "mdpfuzz"
+
+
+def test_report_adds_a_method_to_a_committed_report(monkeypatch, tmp_path, capsys):
+    """``--add``: a report's records.parquet joins new runs (their folders are all that is on the
+    machine), the earlier sources stay named, a run it already holds or a report of the other
+    phase is one clear error (exit 2)."""
+    from types import SimpleNamespace
+
+    from orchestrator.analysis import groundtruth as gt
+    from orchestrator.analysis import groundtruth_report as rep
+
+    target = "experiments/groundtruth/mountaincar.yaml"
+    spec = load_spec(target)
+    rng = np.random.default_rng(1)
+
+    def cases(method, seed, n=40):
+        states = spec.scenario.sample(rng, n)
+        region = spec.region_of_initial(states)
+        return pd.DataFrame({"method": method, "seed": seed, "case": np.arange(n), "region": region,
+                             "flagged": region >= 0, "natural": pd.array([pd.NA] * n, dtype="boolean"),
+                             "aut_return": -100.0, "initial_state": list(states)})
+
+    first = pd.concat([cases("random", s).assign(scenario=spec.scenario_name, spec=target, run=f"r{s}")
+                       for s in range(2)], ignore_index=True)
+    committed = tmp_path / "committed"
+    rep.write(committed, first, rep.analyse(first, {target: spec}, "safety", volume_samples=5_000), "safety",
+              ["runs/grids/gt/local"])
+    new = {"llm": [SimpleNamespace(aut=f"planted:{target}", dir=tmp_path / "llm" / f"00{s}", seed=s,
+                                   safety={"fuzzer": "llmtester"}, safety_method="llmtester") for s in range(2)]}
+    monkeypatch.setattr(rep, "_planted_runs", lambda roots, phase, methods=None: new[Path(roots[0]).name])
+    monkeypatch.setattr(gt, "cases_from_run", lambda d, sp, phase: cases("llmtester", int(d.name[-1])))
+    monkeypatch.setattr(rep, "_judge", lambda sp, phase, recs: lambda states: np.zeros(len(states), bool))
+    (tmp_path / "llm").mkdir()
+    out = tmp_path / "both"
+    assert rep.main([str(tmp_path / "llm"), "--add", str(committed), "--out", str(out), "--phase", "safety"]) == 0
+    runs = pd.read_parquet(out / "runs.parquet")
+    assert sorted(zip(runs.method, runs.seed)) == [("llmtester", 0), ("llmtester", 1), ("random", 0), ("random", 1)]
+    assert len(pd.read_parquet(out / "records.parquet")) == 4 * 40
+    head = (out / "report.md").read_text().splitlines()[2]
+    assert "`runs/grids/gt/local`" in head and f"`{tmp_path / 'llm'}`" in head, head
+    # adding the same runs again, or a report of the other phase: exit 2, the report unchanged
+    before = (out / "report.md").read_bytes()
+    capsys.readouterr()
+    assert rep.main([str(tmp_path / "llm"), "--add", str(out), "--out", str(out)]) == 2
+    assert "already holds llmtester seed 0" in capsys.readouterr().err
+    assert rep.main([str(tmp_path / "llm"), "--add", str(committed), "--out", str(out), "--phase", "optimality"]) == 2
+    assert "another phase" in capsys.readouterr().err
+    assert rep.main([str(tmp_path / "llm"), "--add", str(tmp_path / "nothing"), "--out", str(out)]) == 2
+    assert "holds no records.parquet" in capsys.readouterr().err
+    assert (out / "report.md").read_bytes() == before

@@ -12,34 +12,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-import sysconfig
-import venv
 from pathlib import Path
 
 import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _fresh_env(tmp: Path) -> Path:
-    """A venv with deltarl installed from a wheel (non-editable) and no access to the checkout."""
-    wheels = tmp / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
-                    str(REPO)], check=True, cwd=tmp)
-    wheel = next(wheels.glob("deltarl-*.whl"))
-    env_dir = tmp / "fresh"
-    venv.EnvBuilder(with_pip=False).create(env_dir)
-    py = env_dir / "bin" / "python"
-    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          check=True, capture_output=True, text=True).stdout.strip()
-    # third-party packages from this environment (a plain path line: its .pth files are not run)
-    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    # this environment's pip installs into the fresh one (its scripts, e.g. bin/deltarl, point at it)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "--no-deps", "-q", str(wheel)],
-                   check=True)
-    return env_dir
 
 
 def _clean_env() -> dict:
@@ -49,8 +27,8 @@ def _clean_env() -> dict:
 
 
 @pytest.mark.slow
-def test_non_editable_install_runs_the_quick_start_from_an_empty_folder(tmp_path):
-    env_dir = _fresh_env(tmp_path)
+def test_non_editable_install_runs_the_quick_start_from_an_empty_folder(tmp_path, installed_deltarl):
+    env_dir = installed_deltarl
     py, deltarl = env_dir / "bin" / "python", env_dir / "bin" / "deltarl"
     work = tmp_path / "empty"
     work.mkdir()

@@ -14,7 +14,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -74,22 +73,6 @@ def dashboard_data(cluster, path: str) -> dict:
         return json.loads(r.read())["data"]
 
 
-def pip_installed_deltarl(tmp_path: Path) -> tuple[Path, dict]:
-    """deltarl installed without ``-e`` into ``tmp_path/site`` (built from a copy of the package's
-    files, so the checkout gets no build folder): ``(its deltarl script, an environment that
-    imports it ahead of the venv's editable install)``."""
-    src, site = tmp_path / "src", tmp_path / "site"
-    for part in ("envs", "workers", "orchestrator", "experiments"):
-        shutil.copytree(CHECKOUT / part, src / part, ignore=shutil.ignore_patterns("__pycache__", "results", "*.pyc"))
-    for f in ("pyproject.toml", "README.md"):
-        shutil.copy(CHECKOUT / f, src / f)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-                    "--target", str(site), str(src)], check=True, capture_output=True, timeout=600)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env["PYTHONPATH"] = str(site)
-    return site / "bin" / "deltarl", env
-
-
 BOOKKEEPING = ("CampaignProgress",)  # deltarl's zero-CPU actors that hold no work (the progress counter)
 
 
@@ -116,7 +99,7 @@ def work_placement(cluster, job_id: str) -> dict:
     return out
 
 
-def test_quickstart_job_with_an_aut_only_the_submitter_has(cluster, client_env, tmp_path):
+def test_quickstart_job_with_an_aut_only_the_submitter_has(cluster, client_env, tmp_path, installed_deltarl):
     """The quick start (small budgets) submitted with an AUT file in the submitter's /tmp, that no
     node can read: it runs on the workers only, its run folder lands on the shared volume."""
     from orchestrator.cluster import jobs
@@ -133,9 +116,10 @@ def test_quickstart_job_with_an_aut_only_the_submitter_has(cluster, client_env, 
     p.write_text(yaml.safe_dump(qs, sort_keys=False))
     # submitted with the `deltarl` of a non-editable `pip install` (outside the checkout), from
     # another directory: the job ships that installation's code and data, not the checkout's
-    deltarl, env = pip_installed_deltarl(tmp_path)
+    deltarl = installed_deltarl / "bin" / "deltarl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(cluster.client_env())
-    where_from = subprocess.run([sys.executable, "-c", "import orchestrator, experiments; "
+    where_from = subprocess.run([str(installed_deltarl / "bin" / "python"), "-c", "import orchestrator, experiments; "
                                  "print(orchestrator.__file__, experiments.__file__)"],
                                 env=env, cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     assert str(CHECKOUT) not in where_from and str(tmp_path) in where_from, where_from

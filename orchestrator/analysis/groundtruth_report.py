@@ -2,7 +2,7 @@
 
     python -m orchestrator.analysis.groundtruth_report runs/grids/groundtruth-failures/local \\
         [MORE_GRID_FOLDERS ...] --out experiments/results/groundtruth-failures [--phase safety|optimality] \\
-        [--method LABEL ...] [--reference LABEL] [--narrow SHARE]
+        [--method LABEL ...] [--reference LABEL] [--narrow SHARE] [--add REPORT_FOLDER]
 
 It reads every run folder under the grid outputs whose AUT is a ``planted:`` agent (several
 folders: e.g. a grid's ``local`` profile and a profile that ran more seeds beside it; one
@@ -17,6 +17,10 @@ case), ``runs.parquet`` (recall, precision per method and seed), ``first_hits.pa
 reset distribution and the chance that a uniform sampler with the run's budget misses it),
 ``coverage-<scenario>.png`` and ``report.md``, which opens with the recall / precision / cases to
 first hit table per method. Every figure of report.md is computed from these Parquet files.
+
+``--add REPORT_FOLDER``: the test cases of a report this command wrote (its ``records.parquet``)
+join the runs read, so a method run later (LLMTester) is added to a committed report whose run
+folders are no longer on the machine; its sources stay named in the new report.
 """
 
 from __future__ import annotations
@@ -80,7 +84,31 @@ def _judge(spec, phase: str, records: pd.DataFrame):
     return judge
 
 
-def collect(roots, phase: str, methods=None) -> tuple[pd.DataFrame, dict]:
+def earlier(report: Path, methods=None, phase: str | None = None) -> tuple[pd.DataFrame, list[str]]:
+    """The test cases of a report folder this module wrote and the sources its report names."""
+    import re
+
+    path = report / "records.parquet"
+    if not path.is_file():
+        raise ReportError(f"--add {report}: holds no records.parquet; give a folder this report wrote (its --out)")
+    records = pd.read_parquet(path)
+    need = {"scenario", "spec", "method", "seed", "case", "region", "flagged", "natural", "initial_state", "run"}
+    if need - set(records.columns):
+        raise ReportError(f"--add {report}: records.parquet lacks {sorted(need - set(records.columns))[0]!r}; "
+                          "make that report again with this version")
+    if methods:
+        records = records[records.method.isin(methods)]
+    text = (report / "report.md").read_text(encoding="utf-8") if (report / "report.md").is_file() else ""
+    title = text.splitlines()[0] if text else ""
+    if phase and title and f"({phase} phase)" not in title:
+        raise ReportError(f"--add {report}: its report is of another phase ({title.removeprefix('# ')}); "
+                          f"give a report of the {phase} phase, or --phase to match it")
+    line = next((x for x in text.splitlines() if x.startswith("From ")), "")
+    sources = re.findall(r"`([^`]+)`", line.split(" by `python", 1)[0]) or [f"the records of {report}"]
+    return records.reset_index(drop=True), sources
+
+
+def collect(roots, phase: str, methods=None, add: Path | None = None) -> tuple[pd.DataFrame, dict]:
     from workers.policies.planted import load_spec
 
     roots = [roots] if isinstance(roots, (str, Path)) else list(roots)
@@ -102,6 +130,19 @@ def collect(roots, phase: str, methods=None) -> tuple[pd.DataFrame, dict]:
         raise ReportError(f"no run{which} with a planted: AUT and a {phase} phase under "
                           f"{', '.join(map(str, roots))}; give a grid's output folder (and --phase optimality for bugs)")
     records = pd.concat(parts, ignore_index=True)
+    if add is not None:
+        before, _ = earlier(add, methods, phase)
+        keys = ["spec", "method", "seed"]
+        both = before[keys].drop_duplicates().merge(records[keys].drop_duplicates())
+        if len(both):
+            spec, method, seed = both.iloc[0]
+            raise ReportError(f"--add {add} already holds {method} seed {seed} on planted:{spec}; "
+                              "give only the runs it lacks")
+        for target in before.spec.unique():
+            specs[target] = specs.get(target) or load_spec(target)
+        before["natural"] = before.natural.astype("boolean")
+        records["natural"] = records.natural.astype("boolean")
+        records = pd.concat([before, records], ignore_index=True)
     missing = sorted(set(methods or ()) - set(records.method))
     if missing:
         raise ReportError(f"--method {missing[0]!r}: no such run under {', '.join(map(str, roots))}; "
@@ -259,6 +300,9 @@ def main(argv=None) -> int:
                     help="compare this method against every other (default: the best by mean recall)")
     ap.add_argument("--narrow", type=float, metavar="SHARE",
                     help="also recall over the regions holding less than SHARE (0-1) of the reset distribution")
+    ap.add_argument("--add", type=Path, metavar="REPORT_FOLDER",
+                    help="also the test cases of a report this command wrote (its --out), e.g. to add a "
+                         "method to a committed report whose run folders are gone")
     args = ap.parse_args(argv)
     for r in args.roots:
         if not r.exists():
@@ -268,12 +312,13 @@ def main(argv=None) -> int:
         print(f"--narrow {args.narrow}: give a share of the reset distribution in (0, 1], e.g. 0.05", file=sys.stderr)
         return 2
     try:
-        records, specs = collect(args.roots, args.phase, args.methods)
+        records, specs = collect(args.roots, args.phase, args.methods, add=args.add)
+        sources = [*earlier(args.add)[1], *map(str, args.roots)] if args.add else args.roots
         res = analyse(records, specs, args.phase, reference=args.reference, narrow=args.narrow)
     except ReportError as exc:
         print(exc, file=sys.stderr)
         return 2
-    path = write(args.out, records, res, args.phase, args.roots, reference=args.reference, narrow=args.narrow)
+    path = write(args.out, records, res, args.phase, sources, reference=args.reference, narrow=args.narrow)
     print(path)
     return 0
 
