@@ -78,3 +78,23 @@ def test_no_cluster_at_the_address_is_a_clear_error(monkeypatch, capsys):
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
     assert main(["jobs", "--address", f"http://127.0.0.1:{free_port()}"]) == 2
     assert "cannot reach a Ray cluster's job API" in capsys.readouterr().err
+
+
+@pytest.mark.subprocess
+def test_a_job_runs_the_submitters_interpreter_only_where_the_node_has_it(monkeypatch, tmp_path):
+    """The entrypoint's interpreter: for a loopback head, the submitter's own where the node has
+    it at the same path, else the node's ``python`` (a port-forward, or nodes with their own file
+    systems: tests/test_multinode.py); for any other address the node's ``python``."""
+    from orchestrator.cluster import jobs
+
+    assert jobs.job_python("http://10.0.0.5:8265") == "python"
+    for exists in (True, False):
+        fake = tmp_path / f"venv {exists}" / "bin" / "python"  # a space: the path is quoted
+        if exists:
+            fake.parent.mkdir(parents=True)
+            fake.write_text("#!/bin/sh\n")
+            fake.chmod(0o755)
+        monkeypatch.setattr(jobs.sys, "executable", str(fake))
+        line = jobs.job_python("http://127.0.0.1:8265")
+        got = subprocess.run(["sh", "-c", f"echo {line}"], capture_output=True, text=True, check=True).stdout.strip()
+        assert got == (str(fake) if exists else "python"), line

@@ -144,8 +144,7 @@ def submit(campaign, *, address: str | None = None, submission_id: str | None = 
     ``num_cpus``/``num_gpus``/``resources``: what the job's driver reserves on the node that runs it."""
     campaign.output = str(Path(campaign.output).resolve())
     client = _client(address)
-    entrypoint = f"{shlex.quote(sys.executable) if _same_machine(address) else 'python'} -m orchestrator.cli run " \
-                 f"--campaign-env {CAMPAIGN_ENV} --quiet"
+    entrypoint = f"{job_python(address)} -m orchestrator.cli run --campaign-env {CAMPAIGN_ENV} --quiet"
     with tempfile.TemporaryDirectory(prefix="deltarl-job-") as stage:  # uploaded by submit_job, then not needed
         env = runtime_env(campaign, Path(stage))
         for attempt in range(30):  # a freshly started head takes a few seconds to bring up its job agent
@@ -177,8 +176,7 @@ def submit_grid(grid: dict, *, address: str | None = None, submission_id: str | 
     grid.pop("profile", None)
     grid["output"] = str(Path(grid["output"]).resolve())
     client = _client(address)
-    entrypoint = f"{shlex.quote(sys.executable) if _same_machine(address) else 'python'} -m orchestrator.cli grid " \
-                 f"grid.yaml --quiet"
+    entrypoint = f"{job_python(address)} -m orchestrator.cli grid grid.yaml --quiet"
     with tempfile.TemporaryDirectory(prefix="deltarl-job-") as stage:
         base = grid["base"]
         base["aut"] = _ship(base.get("aut"), Path(stage), "aut")
@@ -198,9 +196,21 @@ def submit_grid(grid: dict, *, address: str | None = None, submission_id: str | 
 
 
 def _same_machine(address: str | None) -> bool:
-    """A head on this machine runs the job with this interpreter (and its installed packages)."""
     a = dashboard_address(address)
     return "127.0.0.1" in a or "localhost" in a
+
+
+def job_python(address: str | None) -> str:
+    """The interpreter in a job's entrypoint (a shell line). A head at a loopback address may be
+    this machine, whose raylet need not have this venv on its PATH: then this interpreter, where
+    the node that runs the driver has it at the same path. A loopback address may also be a
+    port-forward to a cluster elsewhere, or nodes with their own file systems
+    (tests/test_multinode.py), which lack the submitter's venv: there, and for any other address,
+    the node's own ``python``."""
+    if not _same_machine(address):
+        return "python"
+    me = shlex.quote(sys.executable)
+    return f'"$(test -x {me} && echo {me} || echo python)"'
 
 
 def list_jobs(address: str | None = None) -> list[dict]:

@@ -191,6 +191,8 @@ class NodeCluster:
                if not k.startswith(("RAY_", "PYTEST", "DELTARL_")) and k not in ("PYTHONPATH", "TMPDIR")}
         env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=self.token, RAY_USAGE_STATS_ENABLED="0",
                    HOME="/root", TMPDIR="/tmp", PYTHONDONTWRITEBYTECODE="1", OMP_NUM_THREADS="1")
+        # a node's `python` is the cluster's environment, as an image's is on its PATH
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")])
         return env
 
     def _start(self, name: str, args: list[str], resources: dict) -> Node:
