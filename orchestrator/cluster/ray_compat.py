@@ -155,7 +155,10 @@ def metrics_export_port() -> int | None:
 # (`ray_constants.ENABLE_RAY_CLUSTER` off), which in turn refuses to start a worker node. So: the mode
 # stays on for the processes the node starts (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 in their
 # environment: workers and agents use 127.0.0.1), while this process allows the worker node and keeps
-# 127.0.0.1 as given. Checked against Ray 2.60.0 (scripts.py `start`, services.py); with a Ray that
+# 127.0.0.1 as given. `services.get_node` is retried for up to 120 s: `ray start` gives its raylet a
+# fixed 30 s to register with the GCS, which a loaded 2-core machine exceeded (worker3 added during
+# test_multinode's grid, while a local LLM grid ran: "The current node timed out during startup").
+# Checked against Ray 2.60.0 (scripts.py `start`, services.py); with a Ray that
 # lacks these names the wrapper fails at once with an AttributeError naming the one that moved.
 LOOPBACK_RAY_START = """
 import os, sys
@@ -167,6 +170,18 @@ services.get_node_ip_address
 services.resolve_ip_for_localhost = lambda host: host
 services.get_node_ip_address = lambda address=None: "127.0.0.1"
 ray_constants.ENABLE_RAY_CLUSTER = True
+_get_node = services.get_node
+def _patient_get_node(*args, **kwargs):  # `ray start` gives a raylet 30 s (fixed) to register
+    import time
+    t0 = time.monotonic()
+    while True:
+        try:
+            return _get_node(*args, **kwargs)
+        except RuntimeError:
+            if time.monotonic() - t0 > 120:
+                raise
+            time.sleep(1.0)
+services.get_node = _patient_get_node
 sys.argv = ["ray", *sys.argv[1:]]
 sys.exit(scripts.main())
 """
