@@ -33,9 +33,9 @@ def attribute(run: Path) -> dict:
     campaign = json.loads((run / "campaign.json").read_text())
     summary = json.loads((run / "summary.json").read_text())
     sc = get_scenario(campaign["scenario"], **(campaign.get("scenario_overrides") or {}))
-    audit = pd.read_parquet(run / "llm")
+    audit = pd.read_parquet(run / "llm") if any((run / "llm").glob("*.parquet")) else pd.DataFrame()
     proposed = set()
-    for ok, text in zip(audit["ok"], audit["text"]):
+    for ok, text in zip(audit.get("ok", ()), audit.get("text", ())):  # no calls: no audit (alpha at 100)
         if not ok or text is None:
             continue
         try:
