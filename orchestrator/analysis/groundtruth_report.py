@@ -108,7 +108,9 @@ def earlier(report: Path, methods=None, phase: str | None = None) -> tuple[pd.Da
     return records.reset_index(drop=True), sources
 
 
-def collect(roots, phase: str, methods=None, add: Path | None = None) -> tuple[pd.DataFrame, dict]:
+def collect(roots, phase: str, methods=None, before: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict]:
+    """The test cases of the planted runs under ``roots`` and the specs they name; ``before``:
+    test cases of an earlier report (:func:`earlier`) to put ahead of them."""
     from workers.policies.planted import load_spec
 
     roots = [roots] if isinstance(roots, (str, Path)) else list(roots)
@@ -130,18 +132,15 @@ def collect(roots, phase: str, methods=None, add: Path | None = None) -> tuple[p
         raise ReportError(f"no run{which} with a planted: AUT and a {phase} phase under "
                           f"{', '.join(map(str, roots))}; give a grid's output folder (and --phase optimality for bugs)")
     records = pd.concat(parts, ignore_index=True)
-    if add is not None:
-        before, _ = earlier(add, methods, phase)
+    if before is not None:
         keys = ["spec", "method", "seed"]
         both = before[keys].drop_duplicates().merge(records[keys].drop_duplicates())
         if len(both):
             spec, method, seed = both.iloc[0]
-            raise ReportError(f"--add {add} already holds {method} seed {seed} on planted:{spec}; "
+            raise ReportError(f"--add: the report already holds {method} seed {seed} on planted:{spec}; "
                               "give only the runs it lacks")
         for target in before.spec.unique():
             specs[target] = specs.get(target) or load_spec(target)
-        before["natural"] = before.natural.astype("boolean")
-        records["natural"] = records.natural.astype("boolean")
         records = pd.concat([before, records], ignore_index=True)
     missing = sorted(set(methods or ()) - set(records.method))
     if missing:
@@ -312,8 +311,9 @@ def main(argv=None) -> int:
         print(f"--narrow {args.narrow}: give a share of the reset distribution in (0, 1], e.g. 0.05", file=sys.stderr)
         return 2
     try:
-        records, specs = collect(args.roots, args.phase, args.methods, add=args.add)
-        sources = [*earlier(args.add)[1], *map(str, args.roots)] if args.add else args.roots
+        before, sources = earlier(args.add, args.methods, args.phase) if args.add else (None, [])
+        records, specs = collect(args.roots, args.phase, args.methods, before=before)
+        sources += map(str, args.roots)
         res = analyse(records, specs, args.phase, reference=args.reference, narrow=args.narrow)
     except ReportError as exc:
         print(exc, file=sys.stderr)

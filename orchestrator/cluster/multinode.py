@@ -43,7 +43,12 @@ def hidden_paths() -> list[str]:
     is hidden with it). Computed, not fixed: CI checks out elsewhere than ``/work``, and the
     fixed list of stop 55 let the head see that checkout."""
     found = {"/tmp", str(Path.home()), "/work", str(CHECKOUT)}
-    paths = sorted(str(Path(p).resolve()) for p in found if p and os.path.isdir(p) and Path(p).resolve() != Path("/"))
+    return outermost(str(Path(p).resolve()) for p in found if p and os.path.isdir(p) and Path(p).resolve() != Path("/"))
+
+
+def outermost(paths) -> list[str]:
+    """``paths`` without those inside another of them, sorted."""
+    paths = sorted(set(paths))
     return [p for p in paths if not any(p != q and Path(p).is_relative_to(q) for q in paths)]
 
 
@@ -67,9 +72,8 @@ def mount_script(root: Path, shared: Path, keep: list[str], hide: list[str] | No
     binds = [*keep, str(shared)]
     for i, p in enumerate(binds):
         lines += [f"mkdir -p {stage}/{i}", f"mount --bind {shlex.quote(p)} {stage}/{i}"]
-    hide = hidden_paths() if hide is None else hide
-    for h in [*hide, str(root)]:
-        if h != "/tmp" and os.path.isdir(h) and not any(Path(h).is_relative_to(o) for o in hide if o != h):
+    for h in outermost([*(hidden_paths() if hide is None else hide), str(root)]):
+        if h != "/tmp" and os.path.isdir(h):
             lines.append(f"mount -t tmpfs -o mode=0755 tmpfs {shlex.quote(h)}")
     for i, p in enumerate(binds):
         lines += [f"mkdir -p {shlex.quote(p)}", f"mount --bind {stage}/{i} {shlex.quote(p)}"]
